@@ -1,0 +1,121 @@
+"""The provider error tree.
+
+::
+
+    TetherError
+    └── ProviderError
+        ├── TransientProviderError    retried by the model actor with backoff
+        │   ├── RateLimited           429
+        │   ├── Overloaded            529
+        │   ├── ServerError           500, 502, 503, 504 and other 5xx
+        │   ├── ProviderTimeout       connect, read or first-byte timeout
+        │   ├── ConnectionDropped     connection refused, reset or closed
+        │   ├── StreamInterrupted     a stream cut off before its end
+        │   ├── StreamErrorEvent      an ``error`` event inside a stream
+        │   └── MalformedResponse     a body that is not the wire format's shape
+        └── FatalProviderError        never retried
+            ├── InvalidRequest        400
+            ├── AuthenticationFailed  401
+            ├── PermissionDenied      403
+            └── NotFound              404
+
+Foreign exceptions (httpx, json) are translated at the provider boundary and
+chained (``raise Mapped(...) from exc``); nothing foreign leaks past a provider.
+Messages never contain an API key.
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises."""
+
+
+class ProviderError(TetherError):
+    """A model provider failed to answer."""
+
+    #: HTTP status, when the failure came with one.
+    status: int | None = None
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def error_type(self) -> str:
+        """The short name used in events (``rate_limited``, ``server_error``, ...)."""
+        return _snake(type(self).__name__)
+
+
+class TransientProviderError(ProviderError):
+    """A failure worth retrying: the same request may succeed later."""
+
+    #: Seconds the server asked us to wait (``retry-after``), if it said.
+    retry_after: float | None = None
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class RateLimited(TransientProviderError):
+    pass
+
+
+class Overloaded(TransientProviderError):
+    pass
+
+
+class ServerError(TransientProviderError):
+    pass
+
+
+class ProviderTimeout(TransientProviderError, TimeoutError):
+    pass
+
+
+class ConnectionDropped(TransientProviderError, ConnectionError):
+    pass
+
+
+class StreamInterrupted(TransientProviderError):
+    pass
+
+
+class StreamErrorEvent(TransientProviderError):
+    pass
+
+
+class MalformedResponse(TransientProviderError):
+    pass
+
+
+class FatalProviderError(ProviderError):
+    """A failure that retrying cannot fix."""
+
+
+class InvalidRequest(FatalProviderError):
+    pass
+
+
+class AuthenticationFailed(FatalProviderError):
+    pass
+
+
+class PermissionDenied(FatalProviderError):
+    pass
+
+
+class NotFound(FatalProviderError):
+    pass
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

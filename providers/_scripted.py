@@ -1,0 +1,217 @@
+"""``ScriptedProvider``: plays scripted replies and faults, offline.
+
+It drives the tests, the benchmarks and the demo. A script is either a
+sequence (item ``i`` answers the run's request number ``i``, retries included,
+so a fault followed by a reply scripts a retry) or a callable
+``(request, ctx) -> item`` for scripts that depend on the conversation.
+Each run keeps its own position: many concurrent runs can share one provider.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import anyio
+import attrs
+
+from ._errors import FatalProviderError, ProviderError
+from ._types import (
+    Backoff,
+    ContentBlock,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    ProviderContext,
+    StopReason,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UsageDelta,
+)
+
+#: Characters per token in the scripted provider's usage estimate.
+CHARS_PER_TOKEN = 4
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """A tool call inside a scripted :class:`Reply`."""
+
+    name: str
+    arguments: Any = attrs.field(factory=dict)
+    #: The tool-use id; by default ``call_<request>_<position>``.
+    id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Reply:
+    """A scripted model answer.
+
+    ``stop_reason`` defaults to ``tool_use`` when there are tool calls, else
+    ``end_turn``; ``raw_stop_reason`` overrides the wire value (to script an
+    unknown one). ``usage`` defaults to an estimate of ``len(chars) / 4``.
+    """
+
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    stop_reason: StopReason | None = None
+    raw_stop_reason: str | None = None
+    usage: TokenUsage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Fault:
+    """A scripted failure: raise ``error`` (after streaming ``after_text``, if given)."""
+
+    error: ProviderError
+    #: Text streamed before the failure, to script a stream cut off mid-way.
+    after_text: str = ""
+
+
+ScriptItem = Reply | Fault
+Script = Sequence[ScriptItem] | Callable[[ModelRequest, ProviderContext], ScriptItem]
+
+
+class ScriptExhausted(FatalProviderError):
+    """The run asked for more replies than the script has."""
+
+
+@attrs.define(eq=False)
+class ScriptedProvider:
+    """A provider that answers from a script, with optional latency.
+
+    ``latency_s`` is waited before the first delta of every request;
+    ``chunk_size`` splits text into deltas of that many characters (``None``:
+    one delta), with ``chunk_latency_s`` between them. A request's
+    ``max_tokens`` is honoured: longer text is cut and stops ``max_tokens``.
+    With ``record=True`` every request is kept in :attr:`requests`.
+    """
+
+    script: Script
+    latency_s: float = 0.0
+    chunk_size: int | None = None
+    chunk_latency_s: float = 0.0
+    model: str = "scripted"
+    cost_per_mtok: Price | None = None
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.01, cap=0.1, jitter=False))
+    record: bool = False
+    name: str = "scripted"
+    requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
+
+    def price(self) -> Price | None:
+        return self.cost_per_mtok
+
+    def gate_key(self) -> str:
+        return f"scripted:{id(self)}"
+
+    def item_for(self, request: ModelRequest, ctx: ProviderContext) -> ScriptItem:
+        if callable(self.script):
+            return self.script(request, ctx)
+        if ctx.call_index >= len(self.script):
+            raise ScriptExhausted(
+                f"the script has {len(self.script)} replies; request {ctx.call_index + 1} "
+                "has none"
+            )
+        return self.script[ctx.call_index]
+
+    async def stream(self, request: ModelRequest, ctx: ProviderContext) -> AsyncIterator[StreamItem]:
+        if self.record:
+            self.requests.append((ctx, request))
+        item = self.item_for(request, ctx)
+        if self.latency_s:
+            await anyio.sleep(self.latency_s)
+        input_tokens = estimate_input_tokens(request)
+        if isinstance(item, Fault):
+            if item.after_text:
+                yield TextDelta(text=item.after_text)
+                yield UsageDelta(
+                    usage=TokenUsage(
+                        input_tokens=input_tokens, output_tokens=_tokens(item.after_text)
+                    )
+                )
+            raise item.error
+        async for out in self._play(item, request, ctx, input_tokens):
+            yield out
+
+    async def _play(
+        self, reply: Reply, request: ModelRequest, ctx: ProviderContext, input_tokens: int
+    ) -> AsyncIterator[StreamItem]:
+        text = reply.text
+        stop = reply.stop_reason or (StopReason.TOOL_USE if reply.tool_calls else StopReason.END_TURN)
+        content: list[ContentBlock] = []
+        budget = request.max_tokens
+        truncated = False
+        if budget is not None and _tokens(text) > budget:
+            text, truncated = text[: budget * CHARS_PER_TOKEN], True
+        out_tokens = _tokens(text)
+        step = self.chunk_size or max(1, len(text))
+        for start in range(0, len(text), step):
+            if start and self.chunk_latency_s:
+                await anyio.sleep(self.chunk_latency_s)
+            chunk = text[start : start + step]
+            yield TextDelta(text=chunk)
+            if reply.usage is None:
+                yield UsageDelta(
+                    usage=TokenUsage(
+                        input_tokens=input_tokens, output_tokens=_tokens(text[: start + step])
+                    )
+                )
+        if text:
+            content.append(TextBlock(text=text))
+        for i, call in enumerate(reply.tool_calls):
+            size = _tokens(repr(call.arguments)) + 1
+            if budget is not None and out_tokens + size > budget and not truncated:
+                truncated = True
+            if truncated:
+                # The call was cut off: its arguments never finished arriving.
+                content.append(
+                    ToolUseBlock(id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input="{")
+                )
+                break
+            out_tokens += size
+            content.append(
+                ToolUseBlock(
+                    id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input=call.arguments
+                )
+            )
+        usage = reply.usage or TokenUsage(input_tokens=input_tokens, output_tokens=out_tokens)
+        yield UsageDelta(usage=usage)
+        yield ModelResponse(
+            content=tuple(content),
+            stop_reason=StopReason.MAX_TOKENS if truncated else stop,
+            raw_stop_reason=reply.raw_stop_reason or ("max_tokens" if truncated else stop.value),
+            usage=usage,
+            model=self.model,
+        )
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_input_tokens(request: ModelRequest) -> int:
+    """A deterministic estimate: characters of the request / 4."""
+    chars = len(request.system)
+    for message in request.messages:
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolResultBlock):
+                chars += len(block.content)
+            else:
+                chars += len(block.name) + len(repr(block.input))
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+__all__ = [
+    "Fault",
+    "Reply",
+    "ScriptExhausted",
+    "ScriptedProvider",
+    "ToolCall",
+]
