@@ -38,3 +38,9 @@ from ._types import ToolDef as ToolDef
 from ._types import ToolResultBlock as ToolResultBlock
 from ._types import ToolUseBlock as ToolUseBlock
 from ._types import UsageDelta as UsageDelta
+from ._types import HttpPoolLike as HttpPoolLike
+from ._anthropic import AnthropicProvider as AnthropicProvider
+from ._http import HttpPool as HttpPool
+from ._http import parse_retry_after as parse_retry_after
+from ._openai import OpenAIProvider as OpenAIProvider
+from ._prices import price_for as price_for

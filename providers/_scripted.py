@@ -114,12 +114,13 @@ class ScriptedProvider:
             return self.script(request, ctx)
         if ctx.call_index >= len(self.script):
             raise ScriptExhausted(
-                f"the script has {len(self.script)} replies; request {ctx.call_index + 1} "
-                "has none"
+                f"the script has {len(self.script)} replies; request {ctx.call_index + 1} has none"
             )
         return self.script[ctx.call_index]
 
-    async def stream(self, request: ModelRequest, ctx: ProviderContext) -> AsyncIterator[StreamItem]:
+    async def stream(
+        self, request: ModelRequest, ctx: ProviderContext
+    ) -> AsyncIterator[StreamItem]:
         if self.record:
             self.requests.append((ctx, request))
         item = self.item_for(request, ctx)
@@ -142,7 +143,9 @@ class ScriptedProvider:
         self, reply: Reply, request: ModelRequest, ctx: ProviderContext, input_tokens: int
     ) -> AsyncIterator[StreamItem]:
         text = reply.text
-        stop = reply.stop_reason or (StopReason.TOOL_USE if reply.tool_calls else StopReason.END_TURN)
+        stop = reply.stop_reason or (
+            StopReason.TOOL_USE if reply.tool_calls else StopReason.END_TURN
+        )
         content: list[ContentBlock] = []
         budget = request.max_tokens
         truncated = False
@@ -170,7 +173,9 @@ class ScriptedProvider:
             if truncated:
                 # The call was cut off: its arguments never finished arriving.
                 content.append(
-                    ToolUseBlock(id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input="{")
+                    ToolUseBlock(
+                        id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input="{"
+                    )
                 )
                 break
             out_tokens += size

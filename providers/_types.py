@@ -229,10 +229,10 @@ class ProviderContext:
     #: retries included. Scripted providers index their script with it.
     call_index: int
     #: Shared HTTP clients, one per endpoint per Runtime; ``None`` outside a Runtime.
-    http: HttpPool | None = None
+    http: HttpPoolLike | None = None
 
 
-class HttpPool(Protocol):
+class HttpPoolLike(Protocol):
     def client(self, base_url: str) -> Any:
         """The Runtime's ``httpx.AsyncClient`` for ``base_url``."""
         ...

@@ -1,0 +1,31 @@
+"""The actor base and the run's child actors: model, tools, judge."""
+
+from ._base import ActorFailed as ActorFailed
+from ._base import ActorRef as ActorRef
+from ._base import RestartPolicy as RestartPolicy
+from ._base import spawn_mailbox as spawn_mailbox
+from ._base import supervise as supervise
+from ._errors import ActorCrashed as ActorCrashed
+from ._errors import ActorError as ActorError
+from ._errors import FatalToolError as FatalToolError
+from ._errors import ToolArgumentsInvalid as ToolArgumentsInvalid
+from ._errors import ToolError as ToolError
+from ._errors import TransientToolError as TransientToolError
+from ._gate import ProviderGate as ProviderGate
+from ._judge import JudgeActor as JudgeActor
+from ._judge import JudgeCandidate as JudgeCandidate
+from ._judge import JudgeDone as JudgeDone
+from ._model import AttemptStarted as AttemptStarted
+from ._model import GateWaited as GateWaited
+from ._model import ModelActor as ModelActor
+from ._model import ModelCall as ModelCall
+from ._model import ModelFailed as ModelFailed
+from ._model import RetryScheduled as RetryScheduled
+from ._tools import RunTools as RunTools
+from ._tools import ToolActor as ToolActor
+from ._tools import ToolDone as ToolDone
+from ._tools import ToolInvocation as ToolInvocation
+from ._tools import ToolSettings as ToolSettings
+from ._tools import default_classifier as default_classifier
+from ._toolspec import ToolSpec as ToolSpec
+from ._toolspec import tool as tool

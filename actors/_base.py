@@ -1,0 +1,127 @@
+"""The actor base: a task with a mailbox, supervised with bounded restarts.
+
+An actor handles one request at a time from its mailbox (an anyio memory
+object stream of attrs messages). Every request carries its own reply stream;
+the actor closes it when it is done, so a requester never hangs: if the actor
+crashes, the supervisor fails the request in flight with :class:`ActorFailed`
+and closes its reply stream. A crashed actor is replaced by a fresh one on the
+same mailbox while the :class:`RestartPolicy` allows; past that, the mailbox
+closes and every later request fails at once with :class:`ActorCrashed`.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._errors import ActorCrashed
+
+
+@attrs.frozen(kw_only=True)
+class RestartPolicy:
+    """OTP-style restart intensity: at most ``max_restarts`` within ``period_s``.
+
+    A crash past that gives up: the actor stays down and its run ends
+    ``crashed``. The request that was in flight is never replayed (a tool may
+    have side effects); it is failed back to the run.
+    """
+
+    max_restarts: int = 3
+    period_s: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise ValueError(f"RestartPolicy.max_restarts must be >= 0, got {self.max_restarts}")
+        if not self.period_s > 0:
+            raise ValueError(f"RestartPolicy.period_s must be > 0, got {self.period_s}")
+
+
+@attrs.frozen
+class ActorFailed:
+    """The reply a requester gets when the actor crashed on its request."""
+
+    error: ActorCrashed
+
+
+class Request(Protocol):
+    @property
+    def reply(self) -> MemoryObjectSendStream[Any]: ...
+
+
+R = TypeVar("R", bound=Request)
+R_contra = TypeVar("R_contra", bound=Request, contravariant=True)
+
+
+class Actor(Protocol[R_contra]):
+    async def handle(self, request: R_contra) -> None:
+        """Serve one request; reply on ``request.reply`` and close it."""
+        ...
+
+
+class ActorRef(Generic[R]):
+    """The sending side of an actor's mailbox."""
+
+    __slots__ = ("_mailbox", "name")
+
+    def __init__(self, name: str, mailbox: MemoryObjectSendStream[R]) -> None:
+        self.name = name
+        self._mailbox = mailbox
+
+    async def send(self, request: R) -> None:
+        try:
+            await self._mailbox.send(request)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            request.reply.close()
+            raise ActorCrashed(self.name, "the actor gave up after repeated crashes") from None
+
+    def close(self) -> None:
+        self._mailbox.close()
+
+
+def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], MemoryObjectReceiveStream[Any]]:
+    send, receive = anyio.create_memory_object_stream[Any](size)
+    return ActorRef(name, send), receive
+
+
+async def supervise(
+    name: str,
+    factory: Callable[[], Actor[Any]],
+    mailbox: MemoryObjectReceiveStream[Any],
+    policy: RestartPolicy,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``factory()``'s actor on ``mailbox``, restarting it on crashes within ``policy``."""
+    crashes: deque[float] = deque()
+    actor = factory()
+    task_status.started()
+    with mailbox:
+        async for request in mailbox:
+            try:
+                await actor.handle(request)
+            except Exception:
+                fail(request, ActorCrashed(name, traceback.format_exc()))
+                now = anyio.current_time()
+                while crashes and now - crashes[0] > policy.period_s:
+                    crashes.popleft()
+                if len(crashes) >= policy.max_restarts:
+                    return  # give up: closing the mailbox fails every later request
+                crashes.append(now)
+                actor = factory()
+
+
+def fail(request: Request, error: ActorCrashed) -> None:
+    """Fail ``request`` with ``error`` without blocking, then close its reply stream."""
+    reply = request.reply
+    try:
+        reply.send_nowait(ActorFailed(error))
+    except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+    reply.close()

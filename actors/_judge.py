@@ -1,0 +1,60 @@
+"""The judge actor: quality judgement of a finished candidate.
+
+A judge that raises is user code failing: the actor turns it into a failed
+:class:`~tether.Judgement` with ``error`` set (fail closed), never an unwind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from anyio.streams.memory import MemoryObjectSendStream
+
+from tether.providers import ProviderContext, TokenUsage
+from tether.runtime._judging import Candidate, Judge, Judgement
+
+
+@attrs.frozen(kw_only=True)
+class JudgeCandidate:
+    candidate: Candidate
+    reply: MemoryObjectSendStream[Any]
+
+
+@attrs.frozen(kw_only=True)
+class JudgeDone:
+    judgement: Judgement
+    usage: TokenUsage | None = None
+    cost_usd: float | None = None
+    requests: int = 0
+
+
+class JudgeActor:
+    __slots__ = ("_calls", "_judge", "_run_id")
+
+    def __init__(self, judge: Judge, run_id: str) -> None:
+        self._judge = judge
+        self._run_id = run_id
+        self._calls = 0
+
+    async def handle(self, request: JudgeCandidate) -> None:
+        with request.reply:
+            request.reply.send_nowait(await self._judge_one(request.candidate))
+
+    async def _judge_one(self, candidate: Candidate) -> JudgeDone:
+        judge: Any = self._judge
+        try:
+            if hasattr(judge, "judge_with_usage"):
+                ctx = ProviderContext(run_id=self._run_id, call_index=self._calls)
+                judgement, usage, cost, requests = await judge.judge_with_usage(candidate, ctx)
+                self._calls += requests
+                done = JudgeDone(judgement=judgement, usage=usage, cost_usd=cost, requests=requests)
+            else:
+                done = JudgeDone(judgement=await judge.judge(candidate))
+            if not isinstance(done.judgement, Judgement):
+                raise TypeError(f"judge returned {done.judgement!r}; want a Judgement")
+        except Exception as exc:
+            return JudgeDone(
+                judgement=Judgement(passed=False, error=f"judge failed: {type(exc).__name__}: {exc}")
+            )
+        return done

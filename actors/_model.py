@@ -1,0 +1,142 @@
+"""The model actor: provider calls, streaming, and transport retries with backoff.
+
+A :class:`ModelCall` gets replies in parts on its reply stream: provider
+deltas (:class:`~tether.providers.TextDelta`, :class:`~tether.providers.UsageDelta`),
+a :class:`RetryScheduled` before each backoff wait and an
+:class:`AttemptStarted` after it, a :class:`GateWaited` when
+the provider's gate held the call, and last either the
+:class:`~tether.providers.ModelResponse` or a :class:`ModelFailed`.
+
+A requester that stops listening (closes its receive end) cancels the call:
+the next send fails, and the provider's stream is closed. That is how the run
+cuts a stream that crossed a ceiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import anyio
+import attrs
+from anyio.streams.memory import MemoryObjectSendStream
+
+from tether.providers import (
+    HttpPoolLike,
+    MalformedResponse,
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    ProviderContext,
+    ProviderError,
+    RateLimited,
+    TransientProviderError,
+)
+
+from ._gate import ProviderGate
+
+
+@attrs.frozen(kw_only=True)
+class ModelCall:
+    request: ModelRequest
+    max_attempts: int
+    reply: MemoryObjectSendStream[Any]
+
+
+@attrs.frozen(kw_only=True)
+class RetryScheduled:
+    error_type: str
+    message: str
+    attempt: int
+    wait_s: float
+
+
+@attrs.frozen(kw_only=True)
+class AttemptStarted:
+    """Sent after a backoff wait, as attempt ``attempt`` (2 or more) begins."""
+
+    attempt: int
+
+
+@attrs.frozen(kw_only=True)
+class GateWaited:
+    wait_s: float
+
+
+@attrs.frozen(kw_only=True)
+class ModelFailed:
+    error: BaseException
+    attempts: int
+
+
+class ProviderBug(ProviderError):
+    """A provider raised something that is not a ProviderError (a parser bug)."""
+
+
+class ModelActor:
+    """Calls one provider for one run; owns the provider attempt count."""
+
+    __slots__ = ("_calls", "_gate", "_http", "_provider", "_run_id")
+
+    def __init__(
+        self, provider: Provider, run_id: str, gate: ProviderGate, http: HttpPoolLike | None
+    ) -> None:
+        self._provider = provider
+        self._run_id = run_id
+        self._gate = gate
+        self._http = http
+        self._calls = 0
+
+    async def handle(self, call: ModelCall) -> None:
+        with call.reply:
+            with contextlib.suppress(anyio.BrokenResourceError):
+                await self._call(call)
+
+    async def _call(self, call: ModelCall) -> None:
+        reply = call.reply
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                waited = await self._gate.wait_open()
+                if waited:
+                    await reply.send(GateWaited(wait_s=waited))
+                await self._attempt(call)
+                return
+            except TransientProviderError as exc:
+                if isinstance(exc, RateLimited) and exc.retry_after:
+                    self._gate.pause(exc.retry_after)
+                if attempt >= call.max_attempts:
+                    await reply.send(ModelFailed(error=exc, attempts=attempt))
+                    return
+                wait = self._provider.backoff.wait(attempt, exc.retry_after)
+                await reply.send(
+                    RetryScheduled(
+                        error_type=exc.error_type, message=str(exc), attempt=attempt, wait_s=wait
+                    )
+                )
+                await anyio.sleep(wait)
+                await reply.send(AttemptStarted(attempt=attempt + 1))
+            except ProviderError as exc:
+                await reply.send(ModelFailed(error=exc, attempts=attempt))
+                return
+            except anyio.BrokenResourceError:
+                raise
+            except Exception as exc:
+                # User code (a provider's parser) failed: a message, never an unwind.
+                bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
+                bug.__cause__ = exc
+                await reply.send(ModelFailed(error=bug, attempts=attempt))
+                return
+
+    async def _attempt(self, call: ModelCall) -> None:
+        ctx = ProviderContext(run_id=self._run_id, call_index=self._calls, http=self._http)
+        self._calls += 1
+        async with self._gate.slot():
+            stream = self._provider.stream(call.request, ctx)
+            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                async for item in stream:
+                    await call.reply.send(item)
+                    if isinstance(item, ModelResponse):
+                        return
+        raise MalformedResponse("the provider's stream ended without a response")

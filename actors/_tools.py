@@ -1,0 +1,184 @@
+"""The tool actor: argument validation, timeouts, error classes, parallel calls.
+
+The run decides *whether* a call runs (unknown tool, repeat, policy); this
+actor runs the ones it is handed and classifies what happens:
+
+- a model mistake (bad arguments, :class:`ToolError`): ``model_error``, an
+  is_error result the model can act on;
+- a transient failure (:class:`TransientToolError`, ``TimeoutError``,
+  ``ConnectionError``, the call's own timeout): retried with backoff up to
+  ``max_retries`` times, then ``transient_error`` or ``timeout``;
+- a fatal failure (:class:`FatalToolError`, ``PermissionError``, a result that
+  cannot be serialized): ``fatal_error``, which ends the run.
+
+Anything else is the classifier's call; the default treats it as a model
+mistake, so the model sees ``ValueError: ...`` and may try differently.
+Calls of one request run concurrently (bounded per run); tools marked
+``sequential`` run afterwards, one at a time, in the model's order.
+Sync tools run in worker threads; on cancellation the thread is abandoned and
+its late result discarded.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+import anyio
+import attrs
+from anyio.streams.memory import MemoryObjectSendStream
+
+from tether.providers import Backoff, ToolUseBlock
+
+from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
+from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
+
+ErrorClass = Literal["model", "transient", "fatal"]
+Classifier = Callable[[BaseException], ErrorClass]
+Outcome = Literal["ok", "model_error", "transient_error", "fatal_error", "timeout"]
+
+
+def default_classifier(exc: BaseException) -> ErrorClass:
+    """The default error classes (DESIGN §7)."""
+    if isinstance(exc, ToolError):
+        return "model"
+    if isinstance(exc, TransientToolError | TimeoutError | ConnectionError):
+        return "transient"
+    if isinstance(exc, FatalToolError | PermissionError):
+        return "fatal"
+    return "model"
+
+
+@attrs.frozen(kw_only=True)
+class ToolInvocation:
+    call: ToolUseBlock
+    spec: ToolSpec
+
+
+@attrs.frozen(kw_only=True)
+class RunTools:
+    invocations: tuple[ToolInvocation, ...]
+    reply: MemoryObjectSendStream[Any]
+
+
+@attrs.frozen(kw_only=True)
+class ToolDone:
+    call_id: str
+    name: str
+    outcome: Outcome
+    content: str
+    attempts: int
+
+    @property
+    def is_error(self) -> bool:
+        return self.outcome != "ok"
+
+
+@attrs.frozen(kw_only=True)
+class ToolSettings:
+    """How a run's tools execute (set on the :class:`~tether.Agent`)."""
+
+    #: Timeout of a call whose tool sets none.
+    default_timeout_s: float = 60.0
+    #: Calls of one round running at once.
+    max_parallel: int = 8
+    backoff: Backoff = Backoff(initial=0.1, multiplier=2.0, cap=5.0, jitter=True)
+    classifier: Classifier = default_classifier
+
+    def __attrs_post_init__(self) -> None:
+        if not self.default_timeout_s > 0:
+            raise ValueError(f"default_timeout_s must be > 0, got {self.default_timeout_s!r}")
+        if self.max_parallel < 1:
+            raise ValueError(f"max_parallel must be >= 1, got {self.max_parallel!r}")
+
+
+class ToolActor:
+    __slots__ = ("_limiter", "_max_retries", "_settings", "_threads")
+
+    def __init__(
+        self, settings: ToolSettings, max_retries: int, threads: anyio.CapacityLimiter
+    ) -> None:
+        self._settings = settings
+        self._max_retries = max_retries
+        self._limiter = anyio.CapacityLimiter(settings.max_parallel)
+        self._threads = threads
+
+    async def handle(self, request: RunTools) -> None:
+        with request.reply:
+            parallel = [i for i in request.invocations if not i.spec.sequential]
+            if len(parallel) == 1:
+                await self._run_one(parallel[0], request.reply)
+            elif parallel:
+                async with anyio.create_task_group() as tg:
+                    for invocation in parallel:
+                        tg.start_soon(self._run_one, invocation, request.reply)
+            for invocation in request.invocations:
+                if invocation.spec.sequential:
+                    await self._run_one(invocation, request.reply)
+
+    async def _run_one(self, invocation: ToolInvocation, reply: MemoryObjectSendStream[Any]) -> None:
+        async with self._limiter:
+            done = await self._execute(invocation)
+        # The reply buffer holds one result per call: this never blocks.
+        reply.send_nowait(done)
+
+    async def _execute(self, invocation: ToolInvocation) -> ToolDone:
+        call, spec = invocation.call, invocation.spec
+
+        def done(outcome: Outcome, content: str, attempts: int) -> ToolDone:
+            return ToolDone(
+                call_id=call.id, name=call.name, outcome=outcome, content=content, attempts=attempts
+            )
+
+        try:
+            kwargs = spec.validate(call.input)
+        except ToolArgumentsInvalid as exc:
+            return done("model_error", str(exc), 0)
+
+        timeout = spec.timeout_s or self._settings.default_timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            failure: Outcome
+            with anyio.move_on_after(timeout) as scope:
+                try:
+                    value = await self._invoke(spec, kwargs)
+                except Exception as exc:
+                    kind = self._classify(exc)
+                    message = _describe(exc)
+                    if kind == "model":
+                        return done("model_error", message, attempt)
+                    if kind == "fatal":
+                        return done("fatal_error", message, attempt)
+                    failure = "transient_error"
+                else:
+                    try:
+                        return done("ok", serialize_result(value), attempt)
+                    except ToolResultUnserializable as exc:
+                        return done("fatal_error", f"tool {spec.name!r}: {exc}", attempt)
+            if scope.cancelled_caught:
+                failure, message = "timeout", f"tool {spec.name!r} timed out after {timeout:g}s"
+            if attempt > self._max_retries:
+                return done(failure, message, attempt)
+            await anyio.sleep(self._settings.backoff.wait(attempt))
+
+    async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        if spec.is_async:
+            return await spec.fn(**kwargs)
+        return await anyio.to_thread.run_sync(
+            functools.partial(spec.fn, **kwargs), abandon_on_cancel=True, limiter=self._threads
+        )
+
+    def _classify(self, exc: Exception) -> ErrorClass:
+        try:
+            kind = self._settings.classifier(exc)
+        except Exception:
+            return "fatal"  # a broken classifier must not hide a failure as success
+        return kind if kind in ("model", "transient", "fatal") else "fatal"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ToolError | TransientToolError | FatalToolError):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,419 @@
+"""``AnthropicProvider``: the Anthropic Messages API over httpx, streaming SSE included.
+
+Decisions:
+
+- The key comes from ``api_key=`` or ``ANTHROPIC_API_KEY`` (read once, at
+  construction; surrounding whitespace stripped). A missing key does not fail
+  construction (an agent may be built where no key is configured, as in tests
+  that swap providers): the first request raises :class:`AuthenticationFailed`
+  ("no API key: pass api_key= or set ANTHROPIC_API_KEY") without sending
+  anything. The key is in no repr, event, log or error message.
+- One ``stream()`` call is one HTTP attempt; retries belong to the model actor.
+- ``timeout_s`` replaces every httpx timeout (connect, read between bytes,
+  write, pool) for this provider's requests; ``None`` keeps the pool's
+  (connect 10 s, read 600 s).
+- Content blocks other than ``text`` and ``tool_use`` (thinking, server tools)
+  are skipped. ``tool_result`` blocks are sent first in a user turn, as the API
+  requires. A ``tool_use`` whose input is not an object (a model's invalid
+  JSON kept as a string) is sent back as ``{}``: the API accepts objects only.
+- An ``error`` event inside a stream raises :class:`StreamErrorEvent`
+  (transient), except the error types no retry can fix
+  (``invalid_request_error``, ``authentication_error``, ``permission_error``,
+  ``not_found_error``), which raise their fatal classes.
+- Non-streaming (``stream=False``) answers are yielded as one ``TextDelta``
+  (if any text), one ``UsageDelta`` and the ``ModelResponse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from typing import Any
+
+import attrs
+from httpx_sse import ServerSentEvent
+
+from ._errors import (
+    AuthenticationFailed,
+    FatalProviderError,
+    InvalidRequest,
+    MalformedResponse,
+    NotFound,
+    PermissionDenied,
+    ProviderError,
+    StreamErrorEvent,
+    StreamInterrupted,
+)
+from ._http import (
+    HttpCall,
+    JsonBody,
+    Shape,
+    check_key,
+    describe,
+    error_fields,
+    parse_tool_arguments,
+    post_json,
+    post_sse,
+    redact,
+    resolve_key,
+)
+from ._prices import price_for
+from ._types import (
+    ZERO_USAGE,
+    Backoff,
+    ContentBlock,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    ProviderContext,
+    StopReason,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UsageDelta,
+)
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+_FATAL_EVENT_ERRORS: dict[str, type[FatalProviderError]] = {
+    "invalid_request_error": InvalidRequest,
+    "authentication_error": AuthenticationFailed,
+    "permission_error": PermissionDenied,
+    "not_found_error": NotFound,
+}
+
+
+@attrs.define(eq=False)
+class AnthropicProvider:
+    """A :class:`~tether.providers.Provider` for the Anthropic Messages API."""
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
+    max_tokens: int = attrs.field(default=4096, kw_only=True)
+    backoff: Backoff = attrs.field(factory=Backoff, kw_only=True)
+    streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
+    timeout_s: float | None = attrs.field(default=None, kw_only=True)
+    anthropic_version: str = attrs.field(default="2023-06-01", kw_only=True)
+
+    name = "anthropic"
+
+    def __attrs_post_init__(self) -> None:
+        self.api_key = resolve_key(self.api_key, API_KEY_ENV)
+        self.base_url = self.base_url.rstrip("/")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+
+    # -- Provider protocol ------------------------------------------------
+
+    def price(self) -> Price | None:
+        return price_for(self.model)
+
+    def gate_key(self) -> str:
+        return f"anthropic:{self.base_url}"
+
+    async def stream(
+        self, request: ModelRequest, ctx: ProviderContext
+    ) -> AsyncIterator[StreamItem]:
+        call = self._http_call(request)
+        shape = Shape(self.name)
+        if not self.streaming:
+            data = await post_json(ctx.http, call)
+            for item in _whole_response(self.parse_message(data, shape)):
+                yield item
+            return
+        state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
+        async with aclosing(post_sse(ctx.http, call)) as events:
+            async for event in events:
+                if isinstance(event, JsonBody):
+                    for item in _whole_response(self.parse_message(event.value, shape)):
+                        yield item
+                    return
+                for item in state.feed(event):
+                    yield item
+                if state.finished is not None:
+                    return
+        raise StreamInterrupted(
+            f"anthropic: the stream ended before message_stop (after {state.events} events)"
+        )
+
+    # -- request ------------------------------------------------------------
+
+    def _http_call(self, request: ModelRequest) -> HttpCall:
+        if self.api_key is None:
+            raise AuthenticationFailed(f"anthropic: no API key: pass api_key= or set {API_KEY_ENV}")
+        check_key(self.api_key, self.name)
+        return HttpCall(
+            provider=self.name,
+            base_url=self.base_url,
+            url=f"{self.base_url}/v1/messages",
+            headers={
+                "x-api-key": self.api_key,
+                "anthropic-version": self.anthropic_version,
+                "content-type": "application/json",
+                "accept": "text/event-stream" if self.streaming else "application/json",
+            },
+            payload=self.request_body(request),
+            timeout_s=self.timeout_s,
+            secrets=(self.api_key,),
+        )
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body for ``request`` (the Messages API's shape)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens if request.max_tokens is not None else self.max_tokens,
+            "messages": [_message(m) for m in request.messages],
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in request.tools
+            ]
+        if self.streaming:
+            body["stream"] = True
+        return body
+
+    # -- response -----------------------------------------------------------
+
+    def parse_message(self, data: Any, shape: Shape) -> ModelResponse:
+        """A whole (non-streaming) Messages API response."""
+        message = shape.obj(data, "the response")
+        if message.get("type") == "error":
+            raise _event_error(message, shape.provider, ())
+        content: list[ContentBlock] = []
+        for i, raw in enumerate(shape.arr(message.get("content"), "message.content")):
+            block = shape.obj(raw, f"message.content[{i}]")
+            kind = block.get("type")
+            if kind == "text":
+                text = shape.text(block.get("text"), f"message.content[{i}].text")
+                if text:
+                    content.append(TextBlock(text=text))
+            elif kind == "tool_use":
+                content.append(
+                    ToolUseBlock(
+                        id=shape.text(block.get("id"), f"message.content[{i}].id"),
+                        name=shape.text(block.get("name"), f"message.content[{i}].name"),
+                        input=block.get("input", {}),
+                    )
+                )
+        raw_stop = shape.opt_text(message.get("stop_reason"), "message.stop_reason")
+        usage_raw = message.get("usage")
+        usage = ZERO_USAGE if usage_raw is None else _usage(usage_raw, ZERO_USAGE, shape)
+        return ModelResponse(
+            content=tuple(content),
+            stop_reason=StopReason.parse(raw_stop),
+            usage=usage,
+            raw_stop_reason=raw_stop,
+            model=shape.opt_text(message.get("model"), "message.model") or self.model,
+        )
+
+
+def _whole_response(response: ModelResponse) -> Iterator[StreamItem]:
+    if response.text:
+        yield TextDelta(text=response.text)
+    yield UsageDelta(usage=response.usage)
+    yield response
+
+
+def _message(message: Message) -> dict[str, Any]:
+    results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+    others = [b for b in message.content if not isinstance(b, ToolResultBlock)]
+    blocks: list[dict[str, Any]] = []
+    for block in (*results, *others):
+        if isinstance(block, TextBlock):
+            if block.text:
+                blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolUseBlock):
+            tool_input = block.input
+            if not isinstance(tool_input, dict):
+                tool_input = {}
+            blocks.append(
+                {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
+            )
+        else:
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_use_id,
+                "content": block.content,
+            }
+            if block.is_error:
+                result["is_error"] = True
+            blocks.append(result)
+    return {"role": message.role, "content": blocks}
+
+
+def _usage(raw: Any, base: TokenUsage, shape: Shape) -> TokenUsage:
+    usage = shape.obj(raw, "usage")
+    return TokenUsage(
+        input_tokens=shape.opt_int(
+            usage.get("input_tokens"), "usage.input_tokens", base.input_tokens
+        ),
+        output_tokens=shape.opt_int(
+            usage.get("output_tokens"), "usage.output_tokens", base.output_tokens
+        ),
+        cache_read_tokens=shape.opt_int(
+            usage.get("cache_read_input_tokens"),
+            "usage.cache_read_input_tokens",
+            base.cache_read_tokens,
+        ),
+        cache_write_tokens=shape.opt_int(
+            usage.get("cache_creation_input_tokens"),
+            "usage.cache_creation_input_tokens",
+            base.cache_write_tokens,
+        ),
+    )
+
+
+def _event_error(data: Any, provider: str, secrets: tuple[str, ...]) -> ProviderError:
+    kind, _code, message = error_fields(data)
+    text = redact(describe(provider, "error event in the stream", kind, message), secrets)
+    fatal = _FATAL_EVENT_ERRORS.get(kind or "")
+    return fatal(text) if fatal is not None else StreamErrorEvent(text)
+
+
+@attrs.define
+class _Block:
+    kind: str
+    text: list[str] = attrs.field(factory=list)
+    id: str = ""
+    name: str = ""
+    initial_input: Any = None
+    json_parts: list[str] = attrs.field(factory=list)
+
+    def finish(self) -> ContentBlock | None:
+        if self.kind == "text":
+            text = "".join(self.text)
+            return TextBlock(text=text) if text else None
+        if self.kind == "tool_use":
+            raw = "".join(self.json_parts)
+            tool_input = (
+                parse_tool_arguments(raw)
+                if raw.strip()
+                else ({} if self.initial_input is None else self.initial_input)
+            )
+            return ToolUseBlock(id=self.id, name=self.name, input=tool_input)
+        return None
+
+
+@attrs.define
+class _StreamState:
+    """Assembles a streamed Messages API answer, event by event."""
+
+    shape: Shape
+    secrets: tuple[str, ...] = ()
+    usage: TokenUsage = ZERO_USAGE
+    blocks: dict[int, _Block] = attrs.field(factory=dict)
+    raw_stop: str | None = None
+    model: str | None = None
+    started: bool = False
+    events: int = 0
+    finished: ModelResponse | None = None
+
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
+        self.events += 1
+        if not event.data.strip():
+            return []
+        data = self.shape.obj(
+            self.shape.json(event.data, f"the data of a {event.event!r} event"), "an event"
+        )
+        kind = data.get("type", event.event)
+        shape = self.shape
+        if kind == "error":
+            raise _event_error(data, shape.provider, self.secrets)
+        if kind == "ping":
+            return []
+        if kind == "message_start":
+            self.started = True
+            message = shape.obj(data.get("message"), "message_start.message")
+            self.model = (
+                shape.opt_text(message.get("model"), "message_start.message.model") or self.model
+            )
+            if message.get("usage") is not None:
+                self.usage = _usage(message["usage"], self.usage, shape)
+                return [UsageDelta(usage=self.usage)]
+            return []
+        if kind == "content_block_start":
+            index = self._index(data, kind)
+            block = shape.obj(data.get("content_block"), "content_block_start.content_block")
+            block_kind = block.get("type")
+            if block_kind == "text":
+                text = shape.text(block.get("text", ""), "content_block.text")
+                self.blocks[index] = _Block(kind="text", text=[text] if text else [])
+                return [TextDelta(text=text)] if text else []
+            if block_kind == "tool_use":
+                self.blocks[index] = _Block(
+                    kind="tool_use",
+                    id=shape.text(block.get("id"), "content_block.id"),
+                    name=shape.text(block.get("name"), "content_block.name"),
+                    initial_input=block.get("input"),
+                )
+                return []
+            self.blocks[index] = _Block(kind=str(block_kind))
+            return []
+        if kind == "content_block_delta":
+            target = self._block(self._index(data, kind), kind)
+            delta = shape.obj(data.get("delta"), "content_block_delta.delta")
+            delta_kind = delta.get("type")
+            if delta_kind == "text_delta" and target.kind == "text":
+                text = shape.text(delta.get("text"), "text_delta.text")
+                target.text.append(text)
+                return [TextDelta(text=text)] if text else []
+            if delta_kind == "input_json_delta" and target.kind == "tool_use":
+                target.json_parts.append(
+                    shape.text(delta.get("partial_json"), "input_json_delta.partial_json")
+                )
+            return []
+        if kind == "content_block_stop":
+            self._block(self._index(data, kind), kind)
+            return []
+        if kind == "message_delta":
+            delta = shape.obj(data.get("delta", {}), "message_delta.delta")
+            if "stop_reason" in delta:
+                self.raw_stop = shape.opt_text(
+                    delta.get("stop_reason"), "message_delta.stop_reason"
+                )
+            if data.get("usage") is not None:
+                self.usage = _usage(data["usage"], self.usage, shape)
+                return [UsageDelta(usage=self.usage)]
+            return []
+        if kind == "message_stop":
+            if not self.started:
+                raise shape.fail("message_start before message_stop")
+            content = [b for b in (blk.finish() for _, blk in sorted(self.blocks.items())) if b]
+            self.finished = ModelResponse(
+                content=tuple(content),
+                stop_reason=StopReason.parse(self.raw_stop),
+                usage=self.usage,
+                raw_stop_reason=self.raw_stop,
+                model=self.model,
+            )
+            return [self.finished]
+        return []  # unknown events are ignored, as the API asks
+
+    def _index(self, data: dict[str, Any], kind: str) -> int:
+        value = data.get("index")
+        if value is None:
+            raise self.shape.fail(f"{kind}.index", value, "an integer")
+        return self.shape.opt_int(value, f"{kind}.index")
+
+    def _block(self, index: int, kind: str) -> _Block:
+        block = self.blocks.get(index)
+        if block is None:
+            raise MalformedResponse(
+                f"{self.shape.provider}: malformed response: {kind} for block {index}, "
+                "which never started"
+            )
+        return block
+
+
+__all__ = ["AnthropicProvider"]

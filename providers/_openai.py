@@ -1,0 +1,449 @@
+"""``OpenAIProvider``: OpenAI Chat Completions over httpx, streaming SSE included.
+
+It also serves OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LM Studio)
+through ``base_url``.
+
+Decisions:
+
+- The key comes from ``api_key=`` or ``OPENAI_API_KEY`` (read once, at
+  construction). For ``api.openai.com`` a missing key makes the first request
+  raise :class:`AuthenticationFailed` without sending anything; for any other
+  host (a local server) a missing key is allowed and no ``Authorization``
+  header is sent. The key is in no repr, event, log or error message.
+- The output cap is sent as ``max_completion_tokens`` to ``api.openai.com``
+  (``max_tokens`` is deprecated there and refused by reasoning models) and as
+  ``max_tokens`` to every other host (what local servers understand);
+  ``max_tokens_field=`` overrides the choice.
+- The wire format has no error flag on a tool result: an ``is_error`` result's
+  content is sent prefixed with ``"Error: "`` (unless it already starts so).
+- A user turn's tool results become ``role: tool`` messages, sent before the
+  turn's text (which becomes one ``role: user`` message): OpenAI wants tool
+  messages right after the assistant message that asked for them.
+- Usage: ``input_tokens`` is ``prompt_tokens`` minus the cached part, which
+  is ``cache_read_tokens`` (Anthropic's convention, so prices apply alike). A
+  server that sends no usage leaves the response's usage at zero, and no
+  ``UsageDelta`` is yielded.
+- ``finish_reason`` maps through :meth:`StopReason.parse`; a ``stop`` that
+  comes with tool calls (some local servers) counts as ``tool_use``; a
+  non-empty ``refusal`` counts as ``refusal`` (its text is the content).
+  ``raw_stop_reason`` keeps the wire value.
+- A stream is complete when a ``finish_reason`` arrived and the stream then
+  ended (``data: [DONE]``, or the connection closed cleanly). Ending without
+  a ``finish_reason`` is :class:`StreamInterrupted`. An ``error`` object in a
+  chunk (or in a 200 body) raises :class:`StreamErrorEvent`.
+- Tool-call arguments that are not valid JSON are kept as the raw string.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import attrs
+from httpx_sse import ServerSentEvent
+
+from ._errors import AuthenticationFailed, ProviderError, StreamErrorEvent, StreamInterrupted
+from ._http import (
+    HttpCall,
+    JsonBody,
+    Shape,
+    check_key,
+    describe,
+    error_fields,
+    parse_tool_arguments,
+    plain,
+    post_json,
+    post_sse,
+    redact,
+    resolve_key,
+)
+from ._prices import price_for
+from ._types import (
+    ZERO_USAGE,
+    Backoff,
+    ContentBlock,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    ProviderContext,
+    StopReason,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UsageDelta,
+)
+
+API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OFFICIAL_HOST = "api.openai.com"
+ERROR_PREFIX = "Error: "
+
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+
+
+@attrs.define(eq=False)
+class OpenAIProvider:
+    """A :class:`~tether.providers.Provider` for Chat Completions and compatible servers."""
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
+    max_tokens: int = attrs.field(default=4096, kw_only=True)
+    backoff: Backoff = attrs.field(factory=Backoff, kw_only=True)
+    streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
+    timeout_s: float | None = attrs.field(default=None, kw_only=True)
+    #: Where the output cap goes; ``None``: by host (see the module's notes).
+    max_tokens_field: MaxTokensField | None = attrs.field(default=None, kw_only=True)
+
+    name = "openai"
+
+    def __attrs_post_init__(self) -> None:
+        self.api_key = resolve_key(self.api_key, API_KEY_ENV)
+        self.base_url = self.base_url.rstrip("/")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+
+    @property
+    def is_official(self) -> bool:
+        """Whether ``base_url`` is OpenAI's own API (not a compatible server)."""
+        return (urlsplit(self.base_url).hostname or "").lower() == OFFICIAL_HOST
+
+    # -- Provider protocol ------------------------------------------------
+
+    def price(self) -> Price | None:
+        return price_for(self.model)
+
+    def gate_key(self) -> str:
+        return f"openai:{self.base_url}"
+
+    async def stream(
+        self, request: ModelRequest, ctx: ProviderContext
+    ) -> AsyncIterator[StreamItem]:
+        call = self._http_call(request)
+        shape = Shape(self.name)
+        if not self.streaming:
+            data = await post_json(ctx.http, call)
+            for item in _whole_response(self.parse_completion(data, shape, call.secrets)):
+                yield item
+            return
+        state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
+        async with aclosing(post_sse(ctx.http, call)) as events:
+            async for event in events:
+                if isinstance(event, JsonBody):
+                    response = self.parse_completion(event.value, shape, call.secrets)
+                    for item in _whole_response(response):
+                        yield item
+                    return
+                if event.data.strip() == "[DONE]":
+                    state.done = True
+                    break
+                for item in state.feed(event):
+                    yield item
+        if state.finish_reason is None:
+            end = "[DONE]" if state.done else "the end of the stream"
+            raise StreamInterrupted(
+                f"openai: {end} came before a finish_reason (after {state.chunks} chunks)"
+            )
+        yield state.response()
+
+    # -- request ------------------------------------------------------------
+
+    def _http_call(self, request: ModelRequest) -> HttpCall:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if self.streaming else "application/json",
+        }
+        if self.api_key is not None:
+            check_key(self.api_key, self.name)
+            headers["authorization"] = f"Bearer {self.api_key}"
+        elif self.is_official:
+            raise AuthenticationFailed(f"openai: no API key: pass api_key= or set {API_KEY_ENV}")
+        return HttpCall(
+            provider=self.name,
+            base_url=self.base_url,
+            url=f"{self.base_url}/chat/completions",
+            headers=headers,
+            payload=self.request_body(request),
+            timeout_s=self.timeout_s,
+            secrets=(self.api_key,) if self.api_key else (),
+        )
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body for ``request`` (the Chat Completions shape)."""
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        for message in request.messages:
+            messages.extend(_messages(message))
+        field = self.max_tokens_field or (
+            "max_completion_tokens" if self.is_official else "max_tokens"
+        )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            field: request.max_tokens if request.max_tokens is not None else self.max_tokens,
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in request.tools
+            ]
+        if self.streaming:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    # -- response -----------------------------------------------------------
+
+    def parse_completion(self, data: Any, shape: Shape, secrets: tuple[str, ...]) -> ModelResponse:
+        """A whole (non-streaming) chat completion."""
+        completion = shape.obj(data, "the response")
+        if completion.get("error") is not None:
+            raise _chunk_error(completion, secrets)
+        choices = shape.arr(completion.get("choices"), "choices")
+        if not choices:
+            raise shape.fail("at least one choice in choices")
+        choice = shape.obj(choices[0], "choices[0]")
+        message = shape.obj(choice.get("message"), "choices[0].message")
+        text = _content_text(message.get("content"), shape, "choices[0].message.content")
+        refusal = shape.opt_text(message.get("refusal"), "choices[0].message.refusal") or ""
+        calls: list[ContentBlock] = []
+        for i, raw in enumerate(shape.arr(message.get("tool_calls") or [], "message.tool_calls")):
+            call = shape.obj(raw, f"message.tool_calls[{i}]")
+            function = shape.obj(call.get("function"), f"message.tool_calls[{i}].function")
+            arguments = function.get("arguments", "")
+            calls.append(
+                ToolUseBlock(
+                    id=shape.opt_text(call.get("id"), f"message.tool_calls[{i}].id") or _new_id(),
+                    name=shape.text(function.get("name"), f"message.tool_calls[{i}].function.name"),
+                    input=parse_tool_arguments(arguments)
+                    if isinstance(arguments, str)
+                    else arguments,
+                )
+            )
+        raw_stop = shape.opt_text(choice.get("finish_reason"), "choices[0].finish_reason")
+        usage_raw = completion.get("usage")
+        usage = ZERO_USAGE if usage_raw is None else _usage(usage_raw, shape)
+        model = shape.opt_text(completion.get("model"), "model") or self.model
+        return _response(text, refusal, calls, raw_stop, usage, model)
+
+
+def _whole_response(response: ModelResponse) -> Iterator[StreamItem]:
+    if response.text:
+        yield TextDelta(text=response.text)
+    yield UsageDelta(usage=response.usage)
+    yield response
+
+
+def _new_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _response(
+    text: str,
+    refusal: str,
+    calls: list[ContentBlock],
+    raw_stop: str | None,
+    usage: TokenUsage,
+    model: str | None,
+) -> ModelResponse:
+    stop = StopReason.parse(raw_stop)
+    if refusal:
+        stop = StopReason.REFUSAL
+        text = text or refusal
+    elif calls and raw_stop == "stop":
+        stop = StopReason.TOOL_USE
+    content: list[ContentBlock] = [TextBlock(text=text)] if text else []
+    content.extend(calls)
+    return ModelResponse(
+        content=tuple(content), stop_reason=stop, usage=usage, raw_stop_reason=raw_stop, model=model
+    )
+
+
+def _content_text(value: Any, shape: Shape, what: str) -> str:
+    """A message's content: a string, null, or a list of text parts."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        parts = []
+        for i, part in enumerate(value):
+            item = shape.obj(part, f"{what}[{i}]")
+            if item.get("type") == "text":
+                parts.append(shape.text(item.get("text"), f"{what}[{i}].text"))
+        return "".join(parts)
+    return shape.text(value, what)
+
+
+def _messages(message: Message) -> list[dict[str, Any]]:
+    if message.role == "assistant":
+        text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        calls = [b for b in message.content if isinstance(b, ToolUseBlock)]
+        out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+        if calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _arguments(c.input)},
+                }
+                for c in calls
+            ]
+        return [out]
+    result: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolResultBlock):
+            content = block.content
+            if block.is_error and not content.startswith(ERROR_PREFIX):
+                content = ERROR_PREFIX + content
+            result.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+    texts = [b.text for b in message.content if isinstance(b, TextBlock)]
+    if texts or not result:
+        result.append({"role": "user", "content": "\n".join(texts)})
+    return result
+
+
+def _arguments(value: Any) -> str:
+    """Tool-call arguments as the JSON string the wire wants (a raw string as it was)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _usage(raw: Any, shape: Shape) -> TokenUsage:
+    usage = shape.obj(raw, "usage")
+    prompt = shape.opt_int(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    completion = shape.opt_int(usage.get("completion_tokens"), "usage.completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = 0
+    if details is not None:
+        cached = shape.opt_int(
+            shape.obj(details, "usage.prompt_tokens_details").get("cached_tokens"),
+            "usage.prompt_tokens_details.cached_tokens",
+        )
+    cached = min(cached, prompt)
+    return TokenUsage(
+        input_tokens=prompt - cached, output_tokens=completion, cache_read_tokens=cached
+    )
+
+
+def _chunk_error(data: dict[str, Any], secrets: tuple[str, ...]) -> ProviderError:
+    kind, code, message = error_fields(data)
+    label = kind or code
+    return StreamErrorEvent(
+        redact(describe("openai", "error in the response", label, message), secrets)
+    )
+
+
+@attrs.define
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = attrs.field(factory=list)
+
+
+@attrs.define
+class _StreamState:
+    """Assembles streamed chat-completion chunks."""
+
+    shape: Shape
+    secrets: tuple[str, ...] = ()
+    model: str | None = None
+    text: list[str] = attrs.field(factory=list)
+    refusal: list[str] = attrs.field(factory=list)
+    calls: dict[int, _Call] = attrs.field(factory=dict)
+    finish_reason: str | None = None
+    usage: TokenUsage = ZERO_USAGE
+    chunks: int = 0
+    done: bool = False
+
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
+        if not event.data.strip():
+            return []
+        self.chunks += 1
+        shape = self.shape
+        chunk = shape.obj(shape.json(event.data, "a stream chunk"), "a stream chunk")
+        if chunk.get("error") is not None:
+            raise _chunk_error(chunk, self.secrets)
+        out: list[StreamItem] = []
+        model = chunk.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+        for raw_choice in shape.arr(chunk.get("choices") or [], "chunk.choices"):
+            choice = shape.obj(raw_choice, "chunk.choices[]")
+            if shape.opt_int(choice.get("index"), "choice.index") != 0:
+                continue  # n > 1 is not asked for; only the first choice counts
+            delta = shape.obj(choice.get("delta") or {}, "choice.delta")
+            text = _content_text(delta.get("content"), shape, "delta.content")
+            if text:
+                self.text.append(text)
+                out.append(TextDelta(text=text))
+            refusal = shape.opt_text(delta.get("refusal"), "delta.refusal")
+            if refusal:
+                self.refusal.append(refusal)
+            for position, raw_call in enumerate(
+                shape.arr(delta.get("tool_calls") or [], "delta.tool_calls")
+            ):
+                self._call_fragment(shape.obj(raw_call, "delta.tool_calls[]"), position)
+            finish = shape.opt_text(choice.get("finish_reason"), "choice.finish_reason")
+            if finish:
+                self.finish_reason = finish
+        if chunk.get("usage") is not None:
+            self.usage = _usage(chunk["usage"], shape)
+            out.append(UsageDelta(usage=self.usage))
+        return out
+
+    def _call_fragment(self, fragment: dict[str, Any], position: int) -> None:
+        shape = self.shape
+        index = shape.opt_int(fragment.get("index"), "tool_call.index", position)
+        call = self.calls.setdefault(index, _Call())
+        call_id = shape.opt_text(fragment.get("id"), "tool_call.id")
+        if call_id and not call.id:
+            call.id = call_id
+        function = shape.obj(fragment.get("function") or {}, "tool_call.function")
+        name = shape.opt_text(function.get("name"), "tool_call.function.name")
+        if name and not call.name:
+            call.name = name
+        arguments = shape.opt_text(function.get("arguments"), "tool_call.function.arguments")
+        if arguments:
+            call.arguments.append(arguments)
+
+    def response(self) -> ModelResponse:
+        calls: list[ContentBlock] = []
+        for index, call in sorted(self.calls.items()):
+            if not call.name:
+                raise self.shape.fail(f"a function name for tool call {index}")
+            calls.append(
+                ToolUseBlock(
+                    id=call.id or _new_id(),
+                    name=call.name,
+                    input=parse_tool_arguments("".join(call.arguments)),
+                )
+            )
+        return _response(
+            "".join(self.text),
+            "".join(self.refusal),
+            calls,
+            self.finish_reason,
+            self.usage,
+            self.model,
+        )
+
+
+__all__ = ["OpenAIProvider"]

@@ -1,0 +1,206 @@
+"""The event trail of a run (DESIGN §12).
+
+Every event is a frozen attrs class carrying ``run_id``, ``seq`` (gap-free per
+run, from 0), ``round`` (0 during preparation) and ``at`` (unix time).
+:func:`dump` turns one into a JSON-ready dict tagged with ``"type"``;
+:func:`load` reads it back to an equal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from tether.providers import TokenUsage, ToolUseBlock
+
+from ._limits import Termination, Usage
+
+Stage = Literal[
+    "input", "memory", "tools", "context", "model", "policy", "execute", "judge", "decide", "finalize"
+]
+ToolOutcome = Literal[
+    "ok", "model_error", "transient_error", "fatal_error", "denied", "nudged", "timeout", "cancelled"
+]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    run_id: str
+    seq: int
+    round: int
+    at: float
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Event):
+    agent: str
+    input: str
+    #: The parent run, for a sub-agent's run.
+    parent_run_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StageEntered(Event):
+    stage: Stage
+
+
+@attrs.frozen(kw_only=True)
+class StageExited(Event):
+    stage: Stage
+
+
+@attrs.frozen(kw_only=True)
+class LessonsRecalled(Event):
+    lesson_ids: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ModelCallStarted(Event):
+    attempt: int
+    #: The request's output-token cap, after clamping to the budgets.
+    max_tokens: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderRetry(Event):
+    error_type: str
+    attempt: int
+    wait_s: float
+    message: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderWait(Event):
+    """The run waited on its provider's gate (another run's 429 paused everyone)."""
+
+    wait_s: float
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class UsageCharged(Event):
+    """Usage charged to the run; the run's usage is the sum of these."""
+
+    source: Literal["model", "judge"]
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+@attrs.frozen(kw_only=True)
+class ModelCallFinished(Event):
+    stop_reason: str
+    usage: TokenUsage
+    text: str
+    tool_calls: tuple[ToolUseBlock, ...]
+    raw_stop_reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PolicyChecked(Event):
+    point: Literal["input", "response", "tool_call", "round_end"]
+    verdict: Literal["allow", "deny", "block", "ask"]
+    reason: str | None = None
+    #: The call checked, at the ``tool_call`` point.
+    call_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallStarted(Event):
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallFinished(Event):
+    call_id: str
+    name: str
+    outcome: ToolOutcome
+    is_error: bool
+    attempts: int
+    content: str
+
+
+@attrs.frozen(kw_only=True)
+class Judged(Event):
+    scores: Mapping[str, float]
+    passed: bool
+    feedback: Mapping[str, str]
+    #: The round whose candidate was judged (always this round: a score lives one round).
+    candidate_round: int = 0
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Transition(Event):
+    kind: Literal["continue", "retry", "complete"]
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class CeilingHit(Event):
+    ceiling: str
+    limit: float
+    used: float
+
+
+@attrs.frozen(kw_only=True)
+class LessonStored(Event):
+    lesson_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished(Event):
+    termination: Termination
+    usage: Usage
+    output: str | None = None
+    #: What went wrong, for ``crashed`` (the traceback), ``provider_failed``,
+    #: ``fatal_tool_error``, ``policy_blocked`` and ``cancelled`` (the reason).
+    error: str | None = None
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        RunStarted,
+        StageEntered,
+        StageExited,
+        LessonsRecalled,
+        ModelCallStarted,
+        ProviderRetry,
+        ProviderWait,
+        UsageCharged,
+        ModelCallFinished,
+        PolicyChecked,
+        ToolCallStarted,
+        ToolCallFinished,
+        Judged,
+        Transition,
+        CeilingHit,
+        LessonStored,
+        RunFinished,
+    )
+}
+
+_converter = cattrs.Converter()
+
+
+def dump(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict of ``event``, with ``"type": "<ClassName>"``."""
+    data: dict[str, Any] = _converter.unstructure(event)
+    data["type"] = type(event).__name__
+    return data
+
+
+def load(data: Mapping[str, Any]) -> Event:
+    """The event :func:`dump` produced ``data`` from."""
+    fields = dict(data)
+    name = fields.pop("type", None)
+    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"not a tether event: type {name!r}")
+    return _converter.structure(fields, cls)

@@ -1,0 +1,87 @@
+"""Policies: checks at four points of a run (DESIGN §9)."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+
+class PolicyPoint(str, enum.Enum):
+    INPUT = "input"
+    RESPONSE = "response"
+    TOOL_CALL = "tool_call"
+    ROUND_END = "round_end"
+
+
+@attrs.frozen
+class Verdict:
+    """A policy's answer.
+
+    ``allow`` lets the run go on; ``deny`` (at ``tool_call`` only) turns that
+    call into an is_error result and the run goes on; ``block`` ends the run
+    ``policy_blocked`` with no further model or tool call; ``ask`` waits for
+    the host's approval (see :meth:`~tether.RunHandle.approve`).
+    """
+
+    kind: Literal["allow", "deny", "block", "ask"]
+    reason: str | None = None
+
+    @classmethod
+    def allow(cls) -> Verdict:
+        return _ALLOW
+
+    @classmethod
+    def deny(cls, reason: str) -> Verdict:
+        return cls("deny", reason)
+
+    @classmethod
+    def block(cls, reason: str) -> Verdict:
+        return cls("block", reason)
+
+    @classmethod
+    def ask(cls, reason: str) -> Verdict:
+        return cls("ask", reason)
+
+
+_ALLOW = Verdict("allow")
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """An object with ``async check(point, subject) -> Verdict | None`` (``None`` = allow).
+
+    Subjects: ``input``: the input text; ``response``: the
+    :class:`~tether.providers.ModelResponse`; ``tool_call``: the
+    :class:`~tether.providers.ToolUseBlock` (``id``, ``name``, ``input`` as the
+    arguments); ``round_end``: a read-only :class:`~tether.runtime.RunView`.
+    A plain function (sync or async) of the same shape is a policy too.
+    """
+
+    async def check(self, point: PolicyPoint, subject: Any) -> Verdict | None: ...
+
+
+PolicyFn = Callable[[PolicyPoint, Any], "Verdict | None | Awaitable[Verdict | None]"]
+PolicyLike = Policy | PolicyFn
+
+
+def as_check(policy: PolicyLike) -> Callable[[PolicyPoint, Any], Awaitable[Verdict]]:
+    """Normalize a policy object or function into one async callable."""
+    fn: Any = policy.check if isinstance(policy, Policy) else policy
+    if not callable(fn):
+        raise TypeError(f"a policy must have check(point, subject) or be callable, got {policy!r}")
+
+    async def check(point: PolicyPoint, subject: Any) -> Verdict:
+        result = fn(point, subject)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            return _ALLOW
+        if not isinstance(result, Verdict):
+            raise TypeError(f"policy returned {result!r}; want a Verdict or None")
+        return result
+
+    return check

@@ -1,0 +1,849 @@
+"""The Run supervisor: owns the state, the round loop, every transition and the termination.
+
+A run is preparation, a loop of rounds, and assembly (DESIGN §3)::
+
+    preparation:  input policy → memory recall → tool catalogue
+    round:        context → model → response policy → tool policy + execution
+                  → judgement → decision (round_end policy, ceilings, transition)
+    assembly:     output, usage, judgement, termination, events → RunResult
+
+The Run's children (model, tools, judge actors) live in the Run's task group,
+inside the Run's cancel scope; they talk to it only through their mailboxes
+and the reply streams carried by each request. The Run alone changes the run
+state and decides when the run ends. Ceilings are outcomes, not exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from tether.actors import (
+    ActorCrashed,
+    ActorFailed,
+    ActorRef,
+    AttemptStarted,
+    GateWaited,
+    JudgeActor,
+    JudgeCandidate,
+    JudgeDone,
+    ModelActor,
+    ModelCall,
+    ModelFailed,
+    RetryScheduled,
+    RunTools,
+    ToolActor,
+    ToolDone,
+    ToolInvocation,
+    ToolError,
+    ToolSpec,
+    spawn_mailbox,
+    supervise,
+)
+from tether.providers import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TextBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UsageDelta,
+)
+
+from . import _events as ev
+from ._discovery import SEARCH_TOOL, search_catalogue
+from ._judging import Candidate, Judgement
+from ._limits import Termination, UsageMeter
+from ._policy import PolicyPoint, Verdict, as_check
+from ._result import RunResult
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._runtime import RuntimeServices
+
+#: The user message that asks a model cut off by ``max_tokens`` to go on.
+CONTINUE_PROMPT = "Continue exactly where you stopped, without repeating anything."
+REPEAT_NUDGE = (
+    "You already made this exact call (same tool, same arguments) in the previous round; "
+    "its result is above. Use that result, or call with different arguments."
+)
+
+
+@attrs.frozen(kw_only=True)
+class RunView:
+    """A read-only view of a run, given to ``round_end`` policies."""
+
+    run_id: str
+    agent: str
+    round: int
+    usage: Any
+    messages: tuple[Message, ...]
+    candidate: str | None
+    judgement: Judgement | None
+
+
+@attrs.frozen
+class _Decision:
+    kind: str  # "continue", "retry", "complete"
+    reason: str
+    termination: Termination | None = None
+
+
+class _Blocked(Exception):
+    """A policy blocked the run; carries the reason. Internal control flow."""
+
+
+class Run:
+    """One run: a supervisor actor. Created by :meth:`Runtime.start`."""
+
+    def __init__(
+        self,
+        services: RuntimeServices,
+        agent: Agent,
+        input: str,
+        run_id: str,
+        parent_run_id: str | None = None,
+    ) -> None:
+        self.id = run_id
+        self.agent = agent
+        self.input = input
+        self.parent_run_id = parent_run_id
+        self.events: list[ev.Event] = []
+        self.messages: list[Message] = []
+        self.meter = UsageMeter()
+        self.result: RunResult | None = None
+        self.finished = anyio.Event()
+        self._services = services
+        self._round = 0
+        self._waiter: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._cancel_reason: str | None = None
+        self._error: str | None = None
+        self._output: str | None = None
+        self._judgement: Judgement | None = None
+        self._candidate: str | None = None
+        self._partial = ""
+        self._trimmed = False
+        self._previous_calls: frozenset[tuple[str, str]] = frozenset()
+        self._in_flight: dict[str, ToolUseBlock] = {}
+        # The calls of the round being executed and their results so far.
+        self._round_calls: Sequence[ToolUseBlock] = ()
+        self._results: dict[str, ToolResultBlock] = {}
+        self._tools: dict[str, ToolSpec] = {t.name: t for t in agent.tools}
+        self._catalogue: dict[str, ToolSpec] = {}
+        self._checks = [as_check(p) for p in agent.policies]
+        self._system = agent.instructions
+        self._model: ActorRef[Any] | None = None
+        self._tool_actor: ActorRef[Any] | None = None
+        self._judge: ActorRef[Any] | None = None
+
+    # ------------------------------------------------------------------ events
+
+    def _emit(self, cls: type[ev.Event], **fields: Any) -> None:
+        event = cls(run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), **fields)
+        self.events.append(event)
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+        self._services.publish(event)
+
+    async def follow(self) -> AsyncIterator[ev.Event]:
+        """Every event from the first, then live ones, until ``RunFinished``."""
+        index = 0
+        while True:
+            while index < len(self.events):
+                yield self.events[index]
+                index += 1
+            if self.result is not None:
+                return
+            if self._waiter is None:
+                self._waiter = anyio.Event()
+            await self._waiter.wait()
+
+    # ------------------------------------------------------------ cancellation
+
+    def cancel(self, reason: str) -> None:
+        if self.result is not None or self._cancel_reason is not None:
+            return
+        self._cancel_reason = reason or "cancelled"
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def main(self) -> None:
+        """The run's task: wait for admission, run, and always finish exactly once."""
+        try:
+            with anyio.CancelScope() as queue_scope:
+                self._scope = queue_scope
+                if self._cancel_reason is not None:
+                    queue_scope.cancel()
+                async with self._services.admission():
+                    await self._execute()
+        finally:
+            if self.result is None:
+                # Cancelled while queued, or cancelled from outside the Runtime.
+                self._finish(Termination.CANCELLED, self._cancel_reason or "cancelled from outside")
+
+    async def _execute(self) -> None:
+        limits = self.agent.limits
+        self._emit(ev.RunStarted, agent=self.agent.name, input=self.input, parent_run_id=self.parent_run_id)
+        deadline = math.inf if limits.timeout_s is None else anyio.current_time() + limits.timeout_s
+        termination: Termination | None = None
+        with anyio.CancelScope(deadline=deadline) as scope:
+            self._scope = scope
+            if self._cancel_reason is not None:
+                scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    await self._start_children(tg)
+                    try:
+                        termination = await self._loop()
+                    finally:
+                        self._stop_children()
+            except Exception:
+                termination = Termination.CRASHED
+                self._error = traceback.format_exc()
+        if termination is None:
+            if self._cancel_reason is not None:
+                termination = Termination.CANCELLED
+                self._error = self._cancel_reason
+            else:
+                termination = Termination.DEADLINE
+                self._emit(
+                    ev.CeilingHit,
+                    ceiling="timeout_s",
+                    limit=float(limits.timeout_s or 0),
+                    used=anyio.current_time() - (deadline - (limits.timeout_s or 0)),
+                )
+        self._finish(termination, self._error)
+
+    async def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
+        agent, services = self.agent, self._services
+        model_ref, model_box = spawn_mailbox("model", 1)
+        gate, http = services.gate_for(agent.provider), services.http
+        await tg.start(
+            supervise,
+            "model",
+            lambda: ModelActor(agent.provider, self.id, gate, http),
+            model_box,
+            agent.restart,
+        )
+        self._model = model_ref
+        if agent.tools or agent.discovery == "first":
+            tool_ref, tool_box = spawn_mailbox("tools", 1)
+            settings, retries, threads = agent.tool_settings, agent.limits.max_tool_retries, services.threads
+            await tg.start(
+                supervise, "tools", lambda: ToolActor(settings, retries, threads), tool_box, agent.restart
+            )
+            self._tool_actor = tool_ref
+        if agent.judge is not None:
+            judge = agent.judge
+            judge_ref, judge_box = spawn_mailbox("judge", 1)
+            await tg.start(supervise, "judge", lambda: JudgeActor(judge, self.id), judge_box, agent.restart)
+            self._judge = judge_ref
+
+    def _stop_children(self) -> None:
+        # Closing a mailbox ends its actor's loop once it is idle; the Run waits
+        # for replies before going on, so every actor is idle here unless the run
+        # is being cancelled, and then the cancel scope stops them anyway.
+        for ref in (self._model, self._tool_actor, self._judge):
+            if ref is not None:
+                ref.close()
+
+    def _finish(self, termination: Termination, error: str | None) -> None:
+        # A run that ended mid-execution still answers every tool_use it got.
+        for call in self._in_flight.values():
+            self._settle(call, "cancelled", "the run ended before this call finished", 0)
+        self._in_flight.clear()
+        for call in self._round_calls:
+            if call.id not in self._results:
+                self._settle(call, "cancelled", "the run ended before this call ran", 0)
+        self._close_round_calls()
+        output = self._output
+        if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
+            output = self._candidate
+        usage = self.meter.freeze()
+        self._emit(ev.RunFinished, termination=termination, usage=usage, output=output, error=error)
+        judgement = self._judgement
+        self.result = RunResult(
+            run_id=self.id,
+            output=output,
+            termination=termination,
+            passed=None if judgement is None else judgement.passed,
+            judgement=judgement,
+            usage=usage,
+            messages=tuple(self.messages),
+            events=tuple(self.events),
+            error=error,
+        )
+        self.finished.set()
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+        self._services.run_finished(self)
+
+    # -------------------------------------------------------------- the loop
+
+    async def _loop(self) -> Termination:
+        self._stage_in("input")
+        try:
+            await self._check_policies(PolicyPoint.INPUT, self.input)
+        except _Blocked as blocked:
+            self._stage_out("input")
+            return self._blocked(blocked)
+        self._stage_out("input")
+
+        self._stage_in("memory")
+        await self._recall()
+        self._stage_out("memory")
+
+        self._stage_in("tools")
+        self._prepare_tools()
+        self._stage_out("tools")
+
+        self.messages.append(Message.user(self.input))
+        ceiling = self._check_budget()
+        if ceiling is not None:
+            return ceiling
+        while True:
+            self._round += 1
+            decision = await self._round_body()
+            self._stage_in("decide")
+            if decision.termination is None or decision.termination.ok:
+                try:
+                    await self._check_policies(PolicyPoint.ROUND_END, self._view)
+                except _Blocked as blocked:
+                    decision = _Decision("complete", "policy_blocked", self._blocked(blocked))
+            if decision.termination is None:
+                ceiling = self._check_budget()
+                if ceiling is not None:
+                    decision = _Decision("complete", ceiling.value, ceiling)
+            self._emit(ev.Transition, kind=decision.kind, reason=decision.reason)
+            self._stage_out("decide")
+            if decision.termination is not None:
+                return decision.termination
+
+    async def _round_body(self) -> _Decision:
+        self._stage_in("context")
+        request = self._build_request()
+        self._stage_out("context")
+
+        self._stage_in("model")
+        outcome = await self._call_model(request)
+        self._stage_out("model")
+        if isinstance(outcome, Termination):
+            return _Decision("complete", outcome.value, outcome)
+        response = outcome
+        self.meter.steps += 1
+        # The candidate lives for this round only: set from this response.
+        self._candidate = None
+
+        if self._checks:
+            self._stage_in("policy")
+            try:
+                await self._check_policies(PolicyPoint.RESPONSE, response)
+            except _Blocked as blocked:
+                self._stage_out("policy")
+                return _Decision("complete", "policy_blocked", self._blocked(blocked))
+            self._stage_out("policy")
+
+        stop = response.stop_reason
+        calls = response.tool_calls
+        if stop is StopReason.MAX_TOKENS:
+            if calls:
+                # A tool call cut off mid-arguments is never run.
+                self._error = f"the response hit max_tokens inside tool call {calls[-1].name!r}"
+                return _Decision("complete", "truncated_tool_call", Termination.TRUNCATED_TOOL_CALL)
+            return self._continue_text(response)
+        if calls:
+            return await self._execute_tools(response)
+        if stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
+            self._candidate = self._partial + response.text
+            self._partial = ""
+            self.messages.append(Message(role="assistant", content=response.content))
+            if self._judge is None:
+                return _Decision("complete", "answered", Termination.ANSWERED)
+            return await self._judge_candidate()
+        if stop is StopReason.PAUSE_TURN:
+            self.messages.append(Message(role="assistant", content=response.content))
+            return _Decision("continue", "pause_turn")
+        if stop is StopReason.REFUSAL:
+            self._error = response.text or None
+            return _Decision("complete", "refusal", Termination.REFUSAL)
+        if stop is StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
+            trimmed = None if self._trimmed else self.agent.context.trim(self.messages)
+            if trimmed is None:
+                return _Decision("complete", "context_exceeded", Termination.CONTEXT_EXCEEDED)
+            self._trimmed = True
+            self.messages[:] = trimmed
+            return _Decision("continue", "context_trimmed")
+        self._error = f"unknown stop reason {response.raw_stop_reason!r}"
+        return _Decision("complete", "unknown_stop_reason", Termination.UNKNOWN_STOP_REASON)
+
+    # ------------------------------------------------------------ preparation
+
+    async def _recall(self) -> None:
+        store = self.agent.memory
+        if store is None or not self.agent.recall_limit:
+            return
+        lessons = await store.recall(self.agent.scope, self.agent.recall_limit)
+        self._emit(ev.LessonsRecalled, lesson_ids=tuple(lesson.id for lesson in lessons))
+        if lessons:
+            notes = "\n\n".join(lesson.as_prompt() for lesson in lessons)
+            self._system = (
+                f"{self._system}\n\nLessons from earlier runs (newest first):\n{notes}".lstrip()
+            )
+
+    def _prepare_tools(self) -> None:
+        """Choose the active tools: the whole catalogue, or ``search_tools`` first."""
+        agent = self.agent
+        if agent.discovery == "first" or (
+            agent.discovery == "auto" and len(agent.tools) > agent.discovery_threshold
+        ):
+            self._catalogue = {t.name: t for t in agent.tools}
+            self._tools = {SEARCH_TOOL.name: SEARCH_TOOL}
+
+    def _search_tools(self, call: ToolUseBlock) -> None:
+        """Answer ``search_tools`` and promote what it found for later rounds."""
+        try:
+            query = SEARCH_TOOL.validate(call.input)["query"]
+        except ToolError as exc:
+            self._settle(call, "model_error", str(exc), 1)
+            return
+        found = search_catalogue(self._catalogue.values(), query)
+        for spec in found:
+            self._tools.setdefault(spec.name, spec)
+        content = json.dumps(
+            [{"name": t.name, "description": t.description} for t in found], ensure_ascii=False
+        )
+        self._settle(call, "ok", content if found else "no tool matches; try other words", 1)
+
+    # -------------------------------------------------------------- context
+
+    def _build_request(self) -> ModelRequest:
+        return ModelRequest(
+            system=self._system,
+            messages=tuple(self.messages),
+            tools=tuple(spec.definition() for spec in self._tools.values()),
+            max_tokens=self._clamp_max_tokens(),
+        )
+
+    def _clamp_max_tokens(self) -> int | None:
+        """The output cap that keeps the run inside its token and cost budgets."""
+        limits = self.agent.limits
+        cap: int | None = None
+        if limits.max_total_tokens is not None:
+            cap = max(0, limits.max_total_tokens - self.meter.total_tokens)
+        price = self.agent.provider.price()
+        if limits.max_cost_usd is not None and price is not None and price.output > 0:
+            left = max(0.0, limits.max_cost_usd - self.meter.cost_usd)
+            by_cost = int(left * 1_000_000 / price.output)
+            cap = by_cost if cap is None else min(cap, by_cost)
+        default = getattr(self.agent.provider, "max_tokens", None)
+        if cap is not None and isinstance(default, int):
+            cap = min(cap, default)
+        return cap
+
+    def _check_budget(self) -> Termination | None:
+        """End the run when the budget is crossed or cannot afford a minimal call."""
+        limits, meter = self.agent.limits, self.meter
+        if meter.steps >= limits.max_steps:
+            self._emit(ev.CeilingHit, ceiling="max_steps", limit=limits.max_steps, used=meter.steps)
+            return Termination.MAX_STEPS
+        if limits.max_total_tokens is not None and meter.total_tokens >= limits.max_total_tokens:
+            self._emit(
+                ev.CeilingHit,
+                ceiling="max_total_tokens",
+                limit=limits.max_total_tokens,
+                used=meter.total_tokens,
+            )
+            return Termination.TOKEN_CEILING
+        if limits.max_cost_usd is not None and not meter.unpriced:
+            cap = self._clamp_max_tokens()
+            if meter.cost_usd >= limits.max_cost_usd or cap == 0:
+                self._emit(
+                    ev.CeilingHit, ceiling="max_cost_usd", limit=limits.max_cost_usd, used=meter.cost_usd
+                )
+                return Termination.COST_CEILING
+        return None
+
+    # ---------------------------------------------------------------- model
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse | Termination:
+        assert self._model is not None
+        meter, limits = self.meter, self.agent.limits
+        send, receive = anyio.create_memory_object_stream[Any](16)
+        meter.model_calls += 1
+        meter.provider_attempts += 1
+        self._emit(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
+        seen = TokenUsage()  # usage charged for the current attempt so far
+        price = self.agent.provider.price()
+        with receive:
+            await self._model.send(
+                ModelCall(request=request, max_attempts=limits.max_provider_attempts, reply=send)
+            )
+            async for item in receive:
+                if isinstance(item, UsageDelta | ModelResponse):
+                    usage = item.usage
+                    self._charge(usage, seen, price)
+                    seen = usage
+                    if isinstance(item, ModelResponse):
+                        self._charged("model", seen, price)
+                        self._emit(
+                            ev.ModelCallFinished,
+                            stop_reason=item.stop_reason.value,
+                            usage=item.usage,
+                            text=item.text,
+                            tool_calls=item.tool_calls,
+                            raw_stop_reason=item.raw_stop_reason,
+                        )
+                        return item
+                    crossed = self._crossed()
+                    if crossed is not None:
+                        # Closing the reply stream (leaving `with receive`) cancels the stream.
+                        self._charged("model", seen, price)
+                        return crossed
+                elif isinstance(item, RetryScheduled):
+                    self._charged("model", seen, price)
+                    seen = TokenUsage()
+                    self._emit(
+                        ev.ProviderRetry,
+                        error_type=item.error_type,
+                        attempt=item.attempt,
+                        wait_s=item.wait_s,
+                        message=item.message,
+                    )
+                elif isinstance(item, AttemptStarted):
+                    meter.provider_attempts += 1
+                    self._emit(ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens)
+                elif isinstance(item, GateWaited):
+                    self._emit(ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused")
+                elif isinstance(item, ModelFailed):
+                    self._charged("model", seen, price)
+                    error = item.error
+                    self._error = f"{type(error).__name__}: {error}"
+                    return Termination.PROVIDER_FAILED
+                elif isinstance(item, ActorFailed):
+                    self._error = item.error.traceback
+                    return Termination.CRASHED
+        self._error = "the model actor stopped without an answer"
+        return Termination.CRASHED
+
+    def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Any) -> None:
+        """Charge what ``usage`` adds to ``seen`` (usage reports are cumulative)."""
+        d_in = max(0, usage.input_tokens - seen.input_tokens)
+        d_out = max(0, usage.output_tokens - seen.output_tokens)
+        d_cr = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
+        d_cw = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
+        if not (d_in or d_out or d_cr or d_cw):
+            return
+        cost = None
+        if price is not None:
+            cost = price.cost(
+                TokenUsage(
+                    input_tokens=d_in, output_tokens=d_out, cache_read_tokens=d_cr, cache_write_tokens=d_cw
+                )
+            )
+        self.meter.charge(d_in + d_cr + d_cw, d_out, cost)
+
+    def _charged(self, source: str, usage: TokenUsage, price: Any) -> None:
+        """Record one attempt's charge as an event; the run's usage is the sum of these."""
+        if usage.input_tokens or usage.output_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
+            self._emit(
+                ev.UsageCharged,
+                source=source,
+                input_tokens=usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=None if price is None else price.cost(usage),
+            )
+
+    def _crossed(self) -> Termination | None:
+        limits, meter = self.agent.limits, self.meter
+        if limits.max_total_tokens is not None and meter.total_tokens > limits.max_total_tokens:
+            self._emit(
+                ev.CeilingHit,
+                ceiling="max_total_tokens",
+                limit=limits.max_total_tokens,
+                used=meter.total_tokens,
+            )
+            return Termination.TOKEN_CEILING
+        if limits.max_cost_usd is not None and meter.cost_usd > limits.max_cost_usd:
+            self._emit(ev.CeilingHit, ceiling="max_cost_usd", limit=limits.max_cost_usd, used=meter.cost_usd)
+            return Termination.COST_CEILING
+        return None
+
+    def _continue_text(self, response: ModelResponse) -> _Decision:
+        limits = self.agent.limits
+        self._partial += response.text
+        if self.meter.continues >= limits.max_continues:
+            self._output = self._partial or None
+            self._emit(ev.CeilingHit, ceiling="max_continues", limit=limits.max_continues, used=self.meter.continues)
+            return _Decision("complete", "max_continues", Termination.MAX_CONTINUES)
+        self.meter.continues += 1
+        self.messages.append(Message(role="assistant", content=response.content))
+        self.messages.append(Message.user(CONTINUE_PROMPT))
+        return _Decision("continue", "max_tokens")
+
+    # ---------------------------------------------------------------- tools
+
+    async def _execute_tools(self, response: ModelResponse) -> _Decision:
+        self.messages.append(Message(role="assistant", content=response.content))
+        self._stage_in("execute")
+        try:
+            return await self._run_calls(response.tool_calls)
+        finally:
+            self._stage_out("execute")
+
+    async def _run_calls(self, calls: Sequence[ToolUseBlock]) -> _Decision:
+        limits, meter = self.agent.limits, self.meter
+        previous, current = self._previous_calls, set()
+        self._round_calls, self._results = calls, {}
+        runnable: list[ToolInvocation] = []
+        blocked: _Blocked | None = None
+        budget_hit = False
+        for call in calls:
+            key = (call.name, _canonical(call.input))
+            current.add(key)
+            self._emit(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
+            spec = self._tools.get(call.name)
+            if spec is SEARCH_TOOL and blocked is None and key not in previous:
+                self._search_tools(call)
+            elif blocked is not None:
+                self._settle(call, "cancelled", "not run: the run was blocked by a policy", 0)
+            elif key in previous:
+                self._settle(call, "nudged", REPEAT_NUDGE, 0)
+            elif spec is None:
+                known = ", ".join(sorted(self._tools)) or "none"
+                self._settle(call, "model_error", f"unknown tool {call.name!r}; available tools: {known}", 0)
+            elif limits.max_tool_calls is not None and meter.tool_calls >= limits.max_tool_calls:
+                budget_hit = True
+                self._settle(call, "denied", f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent", 0)
+            else:
+                try:
+                    verdict = await self._check_policies(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                except _Blocked as exc:
+                    blocked = exc
+                    self._settle(call, "cancelled", "not run: the run was blocked by a policy", 0)
+                    continue
+                if verdict.kind in ("deny", "ask"):
+                    # Approval (ask) is answered by the host; without one it is a denial.
+                    self._settle(call, "denied", f"denied by policy: {verdict.reason}", 0)
+                    continue
+                meter.tool_calls += 1
+                runnable.append(ToolInvocation(call=call, spec=spec))
+        self._previous_calls = frozenset(current)
+        done = await self._run_tools(runnable) if runnable else []
+        self._close_round_calls()
+        if blocked is not None:
+            return _Decision("complete", "policy_blocked", self._blocked(blocked))
+        crashed = [d for d in done if isinstance(d, ActorCrashed)]
+        if crashed:
+            self._error = crashed[0].traceback
+            return _Decision("complete", "crashed", Termination.CRASHED)
+        fatal = [d for d in done if isinstance(d, ToolDone) and d.outcome == "fatal_error"]
+        if fatal:
+            self._error = f"{fatal[0].name}: {fatal[0].content}"
+            return _Decision("complete", "fatal_tool_error", Termination.FATAL_TOOL_ERROR)
+        for d in done:
+            if isinstance(d, ToolDone) and d.outcome == "ok" and self._tools[d.name].terminal:
+                self._output = d.content
+                return _Decision("complete", "terminal_tool", Termination.TERMINAL_TOOL)
+        if budget_hit:
+            self._emit(ev.CeilingHit, ceiling="max_tool_calls", limit=limits.max_tool_calls or 0, used=meter.tool_calls)
+            return _Decision("complete", "max_tool_calls", Termination.MAX_TOOL_CALLS)
+        return _Decision("continue", "tool_use")
+
+    async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone | ActorCrashed]:
+        assert self._tool_actor is not None
+        send, receive = anyio.create_memory_object_stream[Any](len(invocations) + 1)
+        pending = {i.call.id: i.call for i in invocations}
+        self._in_flight.update(pending)
+        done: list[ToolDone | ActorCrashed] = []
+        with receive:
+            await self._tool_actor.send(RunTools(invocations=tuple(invocations), reply=send))
+            async for item in receive:
+                if isinstance(item, ActorFailed):
+                    done.append(item.error)
+                    break
+                call = pending.pop(item.call_id)
+                del self._in_flight[item.call_id]
+                self._settle(call, item.outcome, item.content, item.attempts)
+                done.append(item)
+        # Calls the actor never answered (it crashed): fail them, never replay them.
+        for call in pending.values():
+            del self._in_flight[call.id]
+            self._settle(call, "transient_error", "the tool executor failed; the call was not completed", 0)
+        if pending and not any(isinstance(d, ActorCrashed) for d in done):
+            done.append(ActorCrashed("tools", "the tool actor stopped without answering"))
+        return done
+
+    def _settle(self, call: ToolUseBlock, outcome: str, content: str, attempts: int) -> None:
+        is_error = outcome != "ok"
+        self._emit(
+            ev.ToolCallFinished,
+            call_id=call.id,
+            name=call.name,
+            outcome=outcome,
+            is_error=is_error,
+            attempts=attempts,
+            content=content,
+        )
+        self._results[call.id] = ToolResultBlock(tool_use_id=call.id, content=content, is_error=is_error)
+
+    def _close_round_calls(self) -> None:
+        """Answer the round's tool calls in the model's order: the pairing rule."""
+        if self._round_calls:
+            results = tuple(self._results[c.id] for c in self._round_calls)
+            self.messages.append(Message(role="user", content=results))
+            self._round_calls, self._results = (), {}
+
+    # ---------------------------------------------------------------- judge
+
+    async def _judge_candidate(self) -> _Decision:
+        assert self._judge is not None and self._candidate is not None
+        limits, meter = self.agent.limits, self.meter
+        self._stage_in("judge")
+        candidate = Candidate(text=self._candidate, question=self.input, round=self._round)
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        with receive:
+            await self._judge.send(JudgeCandidate(candidate=candidate, reply=send))
+            try:
+                reply = await receive.receive()
+            except anyio.EndOfStream:
+                reply = ActorFailed(ActorCrashed("judge", "the judge actor stopped without answering"))
+        if isinstance(reply, ActorFailed):
+            self._stage_out("judge")
+            self._error = reply.error.traceback
+            return _Decision("complete", "crashed", Termination.CRASHED)
+        assert isinstance(reply, JudgeDone)
+        if reply.usage is not None:
+            price = None if reply.cost_usd is None else _FixedCost(reply.cost_usd)
+            self.meter.charge(
+                reply.usage.input_tokens + reply.usage.cache_read_tokens + reply.usage.cache_write_tokens,
+                reply.usage.output_tokens,
+                reply.cost_usd,
+            )
+            self._charged("judge", reply.usage, price)
+        judgement = reply.judgement
+        self._judgement = judgement
+        self._emit(
+            ev.Judged,
+            scores=dict(judgement.scores),
+            passed=judgement.passed,
+            feedback=dict(judgement.feedback),
+            candidate_round=self._round,
+            error=judgement.error,
+        )
+        if not judgement.passed:
+            await self._store_lesson(judgement)
+        self._stage_out("judge")
+        if judgement.passed:
+            return _Decision("complete", "answered", Termination.ANSWERED)
+        if meter.quality_retries >= limits.max_quality_retries:
+            return _Decision("complete", "quality_exhausted", Termination.QUALITY_EXHAUSTED)
+        meter.quality_retries += 1
+        self.messages.append(Message.user(_feedback_prompt(judgement)))
+        return _Decision("retry", "judgement_failed")
+
+    async def _store_lesson(self, judgement: Judgement) -> None:
+        store = self.agent.memory
+        if store is None:
+            return
+        feedback = judgement.feedback_text() or None
+        lesson = await store.add(
+            scope=self.agent.scope,
+            question=self.input,
+            feedback=feedback,
+            answer=None if feedback else self._candidate,
+            run_id=self.id,
+        )
+        self._emit(ev.LessonStored, lesson_id=lesson.id)
+
+    # --------------------------------------------------------------- policy
+
+    async def _check_policies(self, point: PolicyPoint, subject: Any, call_id: str | None = None) -> Verdict:
+        """Run every policy at ``point``; the first verdict other than allow wins.
+
+        A policy that raises blocks the run (fail closed). Raises ``_Blocked``.
+        """
+        if not self._checks:
+            return Verdict.allow()
+        if point is PolicyPoint.ROUND_END:
+            subject = subject()
+        verdict = Verdict.allow()
+        for check in self._checks:
+            try:
+                verdict = await check(point, subject)
+            except Exception as exc:
+                verdict = Verdict.block(f"policy raised {type(exc).__name__}: {exc}")
+            if verdict.kind in ("deny", "ask") and point is not PolicyPoint.TOOL_CALL:
+                # Denial and approval apply to a tool call; elsewhere they stop the run.
+                verdict = Verdict.block(verdict.reason or verdict.kind)
+            if verdict.kind != "allow":
+                break
+        self._emit(ev.PolicyChecked, point=point.value, verdict=verdict.kind, reason=verdict.reason, call_id=call_id)
+        if verdict.kind == "block":
+            raise _Blocked(verdict.reason or "blocked")
+        return verdict
+
+    def _view(self) -> RunView:
+        return RunView(
+            run_id=self.id,
+            agent=self.agent.name,
+            round=self._round,
+            usage=self.meter.freeze(),
+            messages=tuple(self.messages),
+            candidate=self._candidate,
+            judgement=self._judgement,
+        )
+
+    def _blocked(self, blocked: _Blocked) -> Termination:
+        self._error = f"blocked by policy: {blocked}"
+        return Termination.POLICY_BLOCKED
+
+    # --------------------------------------------------------------- stages
+
+    def _stage_in(self, stage: str) -> None:
+        self._emit(ev.StageEntered, stage=stage)
+
+    def _stage_out(self, stage: str) -> None:
+        self._emit(ev.StageExited, stage=stage)
+
+
+@attrs.frozen
+class _FixedCost:
+    """A 'price' that reports a cost already computed (the judge's)."""
+
+    amount: float
+
+    def cost(self, usage: TokenUsage) -> float:
+        return self.amount
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError):
+        return repr(arguments)
+
+
+def _feedback_prompt(judgement: Judgement) -> str:
+    lines = judgement.feedback_text()
+    if not lines:
+        lines = f"- the review could not be completed ({judgement.error})" if judgement.error else "- no details"
+    return (
+        "Your previous answer did not pass review.\n"
+        f"Reviewer feedback:\n{lines}\n"
+        "Write an improved answer that addresses the feedback. "
+        "You can still use the tools to investigate further."
+    )

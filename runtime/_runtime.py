@@ -1,0 +1,239 @@
+"""``Runtime``, the root supervisor, and ``RunHandle``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from tether.actors import ProviderGate
+from tether.providers import Provider
+from tether.providers._http import HttpPool
+
+from . import _events as ev
+from ._agent import Agent
+from ._limits import Termination
+from ._result import RunResult
+from ._run import Run
+
+EventSink = Callable[[ev.Event], object]
+
+
+class RuntimeClosed(RuntimeError):
+    """The Runtime is not running (not entered yet, or already closed)."""
+
+
+class RunHandle:
+    """The host's handle on one run: its events, its result, and cancellation."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run_id(self) -> str:
+        return self._run.id
+
+    @property
+    def done(self) -> bool:
+        return self._run.result is not None
+
+    def events(self) -> AsyncIterator[ev.Event]:
+        """Every event of the run from the first, then live ones until ``RunFinished``.
+
+        Events are kept by the run, so a slow reader never stalls it and never
+        misses one; any number of readers may follow one run.
+        """
+        return self._run.follow()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """End the run now: in-flight calls are cancelled, the run ends ``cancelled``."""
+        self._run.cancel(reason)
+
+    async def result(self) -> RunResult:
+        await self._run.finished.wait()
+        assert self._run.result is not None
+        return self._run.result
+
+    def __repr__(self) -> str:
+        state = self._run.result.termination.value if self._run.result else "running"
+        return f"<RunHandle {self._run.id} {state}>"
+
+
+class RuntimeServices:
+    """What runs share inside one Runtime; the Run's window onto it."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.http = HttpPool()
+        self.threads = anyio.CapacityLimiter(runtime.tool_threads)
+        self._gates: dict[str, ProviderGate] = {}
+        limit = runtime.max_concurrent_runs
+        self._admission = anyio.CapacityLimiter(limit) if limit else None
+
+    def admission(self) -> AbstractAsyncContextManager[Any]:
+        return self._admission if self._admission is not None else _NO_LIMIT
+
+    def gate_for(self, provider: Provider) -> ProviderGate:
+        key = provider.gate_key()
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = ProviderGate(self._runtime.provider_concurrency)
+        return gate
+
+    def publish(self, event: ev.Event) -> None:
+        self._runtime._publish(event)
+
+    def run_finished(self, run: Run) -> None:
+        self._runtime._runs.pop(run.id, None)
+
+
+class _NoLimit:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LIMIT = _NoLimit()
+
+
+class Runtime:
+    """The root supervisor: one task group for all runs, shared gates and HTTP clients.
+
+    ``async with tether.Runtime() as rt:`` works on asyncio and trio alike.
+    On exit, runs still in flight get ``shutdown_grace_s`` to finish (none when
+    the block raised), then are cancelled; each ends with exactly one
+    ``RunFinished``. No task outlives the ``async with``.
+
+    ``max_concurrent_runs`` queues runs past that number (``None``: no limit);
+    a run's ``timeout_s`` starts when it leaves the queue.
+    ``provider_concurrency`` caps requests in flight per provider endpoint.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_concurrent_runs: int | None = None,
+        provider_concurrency: int = 64,
+        tool_threads: int = 32,
+        shutdown_grace_s: float = 10.0,
+        event_sink: EventSink | None = None,
+    ) -> None:
+        for name, value in (
+            ("max_concurrent_runs", max_concurrent_runs),
+            ("provider_concurrency", provider_concurrency),
+            ("tool_threads", tool_threads),
+        ):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"Runtime({name}=...) must be a positive int, got {value!r}")
+        if not shutdown_grace_s >= 0:
+            raise ValueError(f"Runtime(shutdown_grace_s=...) must be >= 0, got {shutdown_grace_s!r}")
+        self.max_concurrent_runs = max_concurrent_runs
+        self.provider_concurrency = provider_concurrency
+        self.tool_threads = tool_threads
+        self.shutdown_grace_s = shutdown_grace_s
+        self._sink = event_sink
+        self._sink_failed = False
+        self._tg: TaskGroup | None = None
+        self._services: RuntimeServices | None = None
+        self._runs: dict[str, Run] = {}
+        self._ids = itertools.count(1)
+        self._prefix = os.urandom(3).hex()
+
+    async def __aenter__(self) -> Runtime:
+        if self._tg is not None:
+            raise RuntimeError("this Runtime is already running")
+        self._services = RuntimeServices(self)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg, services = self._tg, self._services
+        assert tg is not None and services is not None
+        try:
+            if exc_type is None and self._runs:
+                with anyio.move_on_after(self.shutdown_grace_s):
+                    await self._wait_all()
+            for run in list(self._runs.values()):
+                run.cancel("runtime shutdown")
+            return await tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await services.http.aclose()
+
+    async def _wait_all(self) -> None:
+        while self._runs:
+            await next(iter(self._runs.values())).finished.wait()
+
+    def start(
+        self, agent: Agent, input: str, *, run_id: str | None = None, parent_run_id: str | None = None
+    ) -> RunHandle:
+        """Start a run and return its handle at once."""
+        if self._tg is None or self._services is None:
+            raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
+        if not isinstance(agent, Agent):
+            raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
+        if not isinstance(input, str):
+            raise TypeError(f"a run's input must be a str, got {type(input).__name__}")
+        run_id = run_id or f"run-{self._prefix}-{next(self._ids)}"
+        if run_id in self._runs:
+            raise ValueError(f"a run with id {run_id!r} is already in flight")
+        run = Run(self._services, agent, input, run_id, parent_run_id)
+        self._runs[run_id] = run
+        self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
+        return RunHandle(run)
+
+    async def run(self, agent: Agent, input: str, *, run_id: str | None = None) -> RunResult:
+        """Run ``agent`` on ``input`` and return its result.
+
+        Cancelling the caller cancels the run (it still finishes ``cancelled``).
+        """
+        handle = self.start(agent, input, run_id=run_id)
+        try:
+            return await handle.result()
+        finally:
+            if not handle.done:
+                handle.cancel("the caller of Runtime.run() was cancelled")
+
+    @property
+    def running(self) -> int:
+        """Runs started and not yet finished (queued included)."""
+        return len(self._runs)
+
+    def _publish(self, event: ev.Event) -> None:
+        if self._sink is None:
+            return
+        try:
+            self._sink(event)
+        except Exception as exc:
+            if not self._sink_failed:
+                self._sink_failed = True
+                import warnings
+
+                warnings.warn(
+                    f"tether: the event sink failed and will be skipped from now on: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            self._sink = None
+
+
+__all__ = ["RunHandle", "Runtime", "RuntimeClosed", "Termination", "nullcontext", "math"]

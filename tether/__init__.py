@@ -1,0 +1,63 @@
+"""tether: an async actor-model runtime for LLM agents, on asyncio and trio."""
+
+from tether import events as events
+from tether.actors import FatalToolError as FatalToolError
+from tether.actors import ToolError as ToolError
+from tether.actors import ToolSpec as ToolSpec
+from tether.actors import TransientToolError as TransientToolError
+from tether.actors import tool as tool
+from tether.providers import TetherError as TetherError
+from tether.runtime import Agent as Agent
+from tether.runtime import Candidate as Candidate
+from tether.runtime import Criterion as Criterion
+from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
+from tether.runtime import Judge as Judge
+from tether.runtime import Judgement as Judgement
+from tether.runtime import KeepAll as KeepAll
+from tether.runtime import Lesson as Lesson
+from tether.runtime import LessonStore as LessonStore
+from tether.runtime import Limits as Limits
+from tether.runtime import LLMJudge as LLMJudge
+from tether.runtime import Policy as Policy
+from tether.runtime import PolicyPoint as PolicyPoint
+from tether.runtime import RuleJudge as RuleJudge
+from tether.runtime import RunHandle as RunHandle
+from tether.runtime import RunResult as RunResult
+from tether.runtime import Runtime as Runtime
+from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
+from tether.runtime import Termination as Termination
+from tether.runtime import TruncateOldest as TruncateOldest
+from tether.runtime import Usage as Usage
+from tether.runtime import Verdict as Verdict
+
+__all__ = [
+    "Agent",
+    "Candidate",
+    "Criterion",
+    "FatalToolError",
+    "InMemoryLessonStore",
+    "Judge",
+    "Judgement",
+    "KeepAll",
+    "LLMJudge",
+    "Lesson",
+    "LessonStore",
+    "Limits",
+    "Policy",
+    "PolicyPoint",
+    "RuleJudge",
+    "RunHandle",
+    "RunResult",
+    "Runtime",
+    "SQLiteLessonStore",
+    "Termination",
+    "TetherError",
+    "ToolError",
+    "ToolSpec",
+    "TransientToolError",
+    "TruncateOldest",
+    "Usage",
+    "Verdict",
+    "events",
+    "tool",
+]
