@@ -11,6 +11,7 @@ closes and every later request fails at once with :class:`ActorCrashed`.
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -120,8 +121,8 @@ async def supervise(
 def fail(request: Request, error: ActorCrashed) -> None:
     """Fail ``request`` with ``error`` without blocking, then close its reply stream."""
     reply = request.reply
-    try:
+    with contextlib.suppress(
+        anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
+    ):
         reply.send_nowait(ActorFailed(error))
-    except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        pass
     reply.close()

@@ -37,7 +37,8 @@ class ProviderGate:
         start = anyio.current_time()
         if self._paused_until <= start:
             return 0.0
-        while (left := self._paused_until - anyio.current_time()) > 0:
+        # The pause may grow while we wait (another 429), so re-check after each sleep.
+        while (left := self._paused_until - anyio.current_time()) > 0:  # noqa: ASYNC110
             await anyio.sleep(left)
         return anyio.current_time() - start
 

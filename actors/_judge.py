@@ -55,6 +55,8 @@ class JudgeActor:
                 raise TypeError(f"judge returned {done.judgement!r}; want a Judgement")
         except Exception as exc:
             return JudgeDone(
-                judgement=Judgement(passed=False, error=f"judge failed: {type(exc).__name__}: {exc}")
+                judgement=Judgement(
+                    passed=False, error=f"judge failed: {type(exc).__name__}: {exc}"
+                )
             )
         return done

@@ -88,9 +88,8 @@ class ModelActor:
         self._calls = 0
 
     async def handle(self, call: ModelCall) -> None:
-        with call.reply:
-            with contextlib.suppress(anyio.BrokenResourceError):
-                await self._call(call)
+        with call.reply, contextlib.suppress(anyio.BrokenResourceError):
+            await self._call(call)
 
     async def _call(self, call: ModelCall) -> None:
         reply = call.reply

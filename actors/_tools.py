@@ -83,7 +83,7 @@ class ToolSettings:
     default_timeout_s: float = 60.0
     #: Calls of one round running at once.
     max_parallel: int = 8
-    backoff: Backoff = Backoff(initial=0.1, multiplier=2.0, cap=5.0, jitter=True)
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.1, cap=5.0))
     classifier: Classifier = default_classifier
 
     def __attrs_post_init__(self) -> None:
@@ -117,7 +117,9 @@ class ToolActor:
                 if invocation.spec.sequential:
                     await self._run_one(invocation, request.reply)
 
-    async def _run_one(self, invocation: ToolInvocation, reply: MemoryObjectSendStream[Any]) -> None:
+    async def _run_one(
+        self, invocation: ToolInvocation, reply: MemoryObjectSendStream[Any]
+    ) -> None:
         async with self._limiter:
             done = await self._execute(invocation)
         # The reply buffer holds one result per call: this never blocks.

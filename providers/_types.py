@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     """Why the model stopped, normalized across providers (DESIGN §6)."""
 
     END_TURN = "end_turn"

@@ -1,6 +1,7 @@
 """The runtime: Runtime, the Run supervisor, state, decisions, ceilings, events, results."""
 
 from tether import events as events
+
 from ._agent import Agent as Agent
 from ._context import ContextStrategy as ContextStrategy
 from ._context import KeepAll as KeepAll

@@ -70,7 +70,9 @@ class Agent:
         if self.recall_limit < 0:
             raise ValueError(f"Agent.recall_limit must be >= 0, got {self.recall_limit}")
         if self.discovery not in ("first", "auto", "off"):
-            raise ValueError(f"Agent.discovery must be 'first', 'auto' or 'off', got {self.discovery!r}")
+            raise ValueError(
+                f"Agent.discovery must be 'first', 'auto' or 'off', got {self.discovery!r}"
+            )
         if not isinstance(self.limits, Limits):
             raise TypeError(f"Agent.limits must be a tether.Limits, got {self.limits!r}")
 

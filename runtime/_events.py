@@ -19,10 +19,26 @@ from tether.providers import TokenUsage, ToolUseBlock
 from ._limits import Termination, Usage
 
 Stage = Literal[
-    "input", "memory", "tools", "context", "model", "policy", "execute", "judge", "decide", "finalize"
+    "input",
+    "memory",
+    "tools",
+    "context",
+    "model",
+    "policy",
+    "execute",
+    "judge",
+    "decide",
+    "finalize",
 ]
 ToolOutcome = Literal[
-    "ok", "model_error", "transient_error", "fatal_error", "denied", "nudged", "timeout", "cancelled"
+    "ok",
+    "model_error",
+    "transient_error",
+    "fatal_error",
+    "denied",
+    "nudged",
+    "timeout",
+    "cancelled",
 ]
 
 

@@ -22,7 +22,9 @@ class Candidate:
 def _check_scores(_: Any, __: Any, scores: Mapping[str, float]) -> None:
     for name, score in scores.items():
         if not (isinstance(score, int | float) and 0.0 <= score <= 1.0) or math.isnan(score):
-            raise ValueError(f"score of criterion {name!r} must be a number in [0, 1], got {score!r}")
+            raise ValueError(
+                f"score of criterion {name!r} must be a number in [0, 1], got {score!r}"
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -99,7 +101,9 @@ def _normalize(name: str, result: Any) -> tuple[float, str]:
     reason = ""
     if isinstance(result, tuple):
         if len(result) != 2:
-            raise TypeError(f"criterion {name!r} returned a tuple of {len(result)}; want (score, reason)")
+            raise TypeError(
+                f"criterion {name!r} returned a tuple of {len(result)}; want (score, reason)"
+            )
         result, reason = result
     if isinstance(result, bool):
         score = 1.0 if result else 0.0
@@ -107,7 +111,8 @@ def _normalize(name: str, result: Any) -> tuple[float, str]:
         score = float(result)
     else:
         raise TypeError(
-            f"criterion {name!r} returned {result!r}; want a float in [0, 1], a bool or (score, reason)"
+            f"criterion {name!r} returned {result!r}; "
+            "want a float in [0, 1], a bool or (score, reason)"
         )
     if not reason:
         reason = f"{name} scored {score:.2f}"

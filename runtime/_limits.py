@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 
-class Termination(str, enum.Enum):
+class Termination(enum.StrEnum):
     """Why a run ended: exactly one per run (DESIGN §11)."""
 
     ANSWERED = "answered"
@@ -57,7 +57,13 @@ def _positive_number(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> 
 
 
 _REQUIRED_INTS = frozenset(
-    {"max_steps", "max_quality_retries", "max_provider_attempts", "max_continues", "max_tool_retries"}
+    {
+        "max_steps",
+        "max_quality_retries",
+        "max_provider_attempts",
+        "max_continues",
+        "max_tool_retries",
+    }
 )
 # A zero here is meaningful: "no quality retries", "no continuation", "no tool retries".
 _ZERO_OK = frozenset({"max_quality_retries", "max_continues", "max_tool_retries", "max_tool_calls"})

@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 
-class PolicyPoint(str, enum.Enum):
+class PolicyPoint(enum.StrEnum):
     INPUT = "input"
     RESPONSE = "response"
     TOOL_CALL = "tool_call"
@@ -64,7 +64,7 @@ class Policy(Protocol):
     async def check(self, point: PolicyPoint, subject: Any) -> Verdict | None: ...
 
 
-PolicyFn = Callable[[PolicyPoint, Any], "Verdict | None | Awaitable[Verdict | None]"]
+PolicyFn = Callable[[PolicyPoint, Any], "Verdict | Awaitable[Verdict | None] | None"]
 PolicyLike = Policy | PolicyFn
 
 

@@ -47,7 +47,9 @@ def summarize(events: tuple[ev.Event, ...] | list[ev.Event]) -> str:
     tools = 0
     retries = 0
     for event in events:
-        if tools and not isinstance(event, ev.ToolCallStarted | ev.ToolCallFinished | ev.PolicyChecked):
+        if tools and not isinstance(
+            event, ev.ToolCallStarted | ev.ToolCallFinished | ev.PolicyChecked
+        ):
             parts.append(f"Tools({tools})")
             tools = 0
         if isinstance(event, ev.LessonsRecalled):

@@ -41,8 +41,8 @@ from tether.actors import (
     RunTools,
     ToolActor,
     ToolDone,
-    ToolInvocation,
     ToolError,
+    ToolInvocation,
     ToolSpec,
     spawn_mailbox,
     supervise,
@@ -52,7 +52,6 @@ from tether.providers import (
     ModelRequest,
     ModelResponse,
     StopReason,
-    TextBlock,
     TokenUsage,
     ToolResultBlock,
     ToolUseBlock,
@@ -149,7 +148,9 @@ class Run:
     # ------------------------------------------------------------------ events
 
     def _emit(self, cls: type[ev.Event], **fields: Any) -> None:
-        event = cls(run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), **fields)
+        event = cls(
+            run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), **fields
+        )
         self.events.append(event)
         if self._waiter is not None:
             self._waiter.set()
@@ -196,7 +197,9 @@ class Run:
 
     async def _execute(self) -> None:
         limits = self.agent.limits
-        self._emit(ev.RunStarted, agent=self.agent.name, input=self.input, parent_run_id=self.parent_run_id)
+        self._emit(
+            ev.RunStarted, agent=self.agent.name, input=self.input, parent_run_id=self.parent_run_id
+        )
         deadline = math.inf if limits.timeout_s is None else anyio.current_time() + limits.timeout_s
         termination: Termination | None = None
         with anyio.CancelScope(deadline=deadline) as scope:
@@ -241,15 +244,25 @@ class Run:
         self._model = model_ref
         if agent.tools or agent.discovery == "first":
             tool_ref, tool_box = spawn_mailbox("tools", 1)
-            settings, retries, threads = agent.tool_settings, agent.limits.max_tool_retries, services.threads
+            settings, retries, threads = (
+                agent.tool_settings,
+                agent.limits.max_tool_retries,
+                services.threads,
+            )
             await tg.start(
-                supervise, "tools", lambda: ToolActor(settings, retries, threads), tool_box, agent.restart
+                supervise,
+                "tools",
+                lambda: ToolActor(settings, retries, threads),
+                tool_box,
+                agent.restart,
             )
             self._tool_actor = tool_ref
         if agent.judge is not None:
             judge = agent.judge
             judge_ref, judge_box = spawn_mailbox("judge", 1)
-            await tg.start(supervise, "judge", lambda: JudgeActor(judge, self.id), judge_box, agent.restart)
+            await tg.start(
+                supervise, "judge", lambda: JudgeActor(judge, self.id), judge_box, agent.restart
+            )
             self._judge = judge_ref
 
     def _stop_children(self) -> None:
@@ -472,7 +485,10 @@ class Run:
             cap = self._clamp_max_tokens()
             if meter.cost_usd >= limits.max_cost_usd or cap == 0:
                 self._emit(
-                    ev.CeilingHit, ceiling="max_cost_usd", limit=limits.max_cost_usd, used=meter.cost_usd
+                    ev.CeilingHit,
+                    ceiling="max_cost_usd",
+                    limit=limits.max_cost_usd,
+                    used=meter.cost_usd,
                 )
                 return Termination.COST_CEILING
         return None
@@ -525,7 +541,9 @@ class Run:
                     )
                 elif isinstance(item, AttemptStarted):
                     meter.provider_attempts += 1
-                    self._emit(ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens)
+                    self._emit(
+                        ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens
+                    )
                 elif isinstance(item, GateWaited):
                     self._emit(ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused")
                 elif isinstance(item, ModelFailed):
@@ -551,18 +569,28 @@ class Run:
         if price is not None:
             cost = price.cost(
                 TokenUsage(
-                    input_tokens=d_in, output_tokens=d_out, cache_read_tokens=d_cr, cache_write_tokens=d_cw
+                    input_tokens=d_in,
+                    output_tokens=d_out,
+                    cache_read_tokens=d_cr,
+                    cache_write_tokens=d_cw,
                 )
             )
         self.meter.charge(d_in + d_cr + d_cw, d_out, cost)
 
     def _charged(self, source: str, usage: TokenUsage, price: Any) -> None:
         """Record one attempt's charge as an event; the run's usage is the sum of these."""
-        if usage.input_tokens or usage.output_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
+        if (
+            usage.input_tokens
+            or usage.output_tokens
+            or usage.cache_read_tokens
+            or usage.cache_write_tokens
+        ):
             self._emit(
                 ev.UsageCharged,
                 source=source,
-                input_tokens=usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens,
+                input_tokens=usage.input_tokens
+                + usage.cache_read_tokens
+                + usage.cache_write_tokens,
                 output_tokens=usage.output_tokens,
                 cost_usd=None if price is None else price.cost(usage),
             )
@@ -578,7 +606,12 @@ class Run:
             )
             return Termination.TOKEN_CEILING
         if limits.max_cost_usd is not None and meter.cost_usd > limits.max_cost_usd:
-            self._emit(ev.CeilingHit, ceiling="max_cost_usd", limit=limits.max_cost_usd, used=meter.cost_usd)
+            self._emit(
+                ev.CeilingHit,
+                ceiling="max_cost_usd",
+                limit=limits.max_cost_usd,
+                used=meter.cost_usd,
+            )
             return Termination.COST_CEILING
         return None
 
@@ -587,7 +620,12 @@ class Run:
         self._partial += response.text
         if self.meter.continues >= limits.max_continues:
             self._output = self._partial or None
-            self._emit(ev.CeilingHit, ceiling="max_continues", limit=limits.max_continues, used=self.meter.continues)
+            self._emit(
+                ev.CeilingHit,
+                ceiling="max_continues",
+                limit=limits.max_continues,
+                used=self.meter.continues,
+            )
             return _Decision("complete", "max_continues", Termination.MAX_CONTINUES)
         self.meter.continues += 1
         self.messages.append(Message(role="assistant", content=response.content))
@@ -624,13 +662,22 @@ class Run:
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
             elif spec is None:
                 known = ", ".join(sorted(self._tools)) or "none"
-                self._settle(call, "model_error", f"unknown tool {call.name!r}; available tools: {known}", 0)
+                self._settle(
+                    call, "model_error", f"unknown tool {call.name!r}; available tools: {known}", 0
+                )
             elif limits.max_tool_calls is not None and meter.tool_calls >= limits.max_tool_calls:
                 budget_hit = True
-                self._settle(call, "denied", f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent", 0)
+                self._settle(
+                    call,
+                    "denied",
+                    f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent",
+                    0,
+                )
             else:
                 try:
-                    verdict = await self._check_policies(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                    verdict = await self._check_policies(
+                        PolicyPoint.TOOL_CALL, call, call_id=call.id
+                    )
                 except _Blocked as exc:
                     blocked = exc
                     self._settle(call, "cancelled", "not run: the run was blocked by a policy", 0)
@@ -659,7 +706,12 @@ class Run:
                 self._output = d.content
                 return _Decision("complete", "terminal_tool", Termination.TERMINAL_TOOL)
         if budget_hit:
-            self._emit(ev.CeilingHit, ceiling="max_tool_calls", limit=limits.max_tool_calls or 0, used=meter.tool_calls)
+            self._emit(
+                ev.CeilingHit,
+                ceiling="max_tool_calls",
+                limit=limits.max_tool_calls or 0,
+                used=meter.tool_calls,
+            )
             return _Decision("complete", "max_tool_calls", Termination.MAX_TOOL_CALLS)
         return _Decision("continue", "tool_use")
 
@@ -682,7 +734,9 @@ class Run:
         # Calls the actor never answered (it crashed): fail them, never replay them.
         for call in pending.values():
             del self._in_flight[call.id]
-            self._settle(call, "transient_error", "the tool executor failed; the call was not completed", 0)
+            self._settle(
+                call, "transient_error", "the tool executor failed; the call was not completed", 0
+            )
         if pending and not any(isinstance(d, ActorCrashed) for d in done):
             done.append(ActorCrashed("tools", "the tool actor stopped without answering"))
         return done
@@ -698,7 +752,9 @@ class Run:
             attempts=attempts,
             content=content,
         )
-        self._results[call.id] = ToolResultBlock(tool_use_id=call.id, content=content, is_error=is_error)
+        self._results[call.id] = ToolResultBlock(
+            tool_use_id=call.id, content=content, is_error=is_error
+        )
 
     def _close_round_calls(self) -> None:
         """Answer the round's tool calls in the model's order: the pairing rule."""
@@ -710,7 +766,8 @@ class Run:
     # ---------------------------------------------------------------- judge
 
     async def _judge_candidate(self) -> _Decision:
-        assert self._judge is not None and self._candidate is not None
+        assert self._judge is not None
+        assert self._candidate is not None
         limits, meter = self.agent.limits, self.meter
         self._stage_in("judge")
         candidate = Candidate(text=self._candidate, question=self.input, round=self._round)
@@ -720,7 +777,9 @@ class Run:
             try:
                 reply = await receive.receive()
             except anyio.EndOfStream:
-                reply = ActorFailed(ActorCrashed("judge", "the judge actor stopped without answering"))
+                reply = ActorFailed(
+                    ActorCrashed("judge", "the judge actor stopped without answering")
+                )
         if isinstance(reply, ActorFailed):
             self._stage_out("judge")
             self._error = reply.error.traceback
@@ -729,7 +788,9 @@ class Run:
         if reply.usage is not None:
             price = None if reply.cost_usd is None else _FixedCost(reply.cost_usd)
             self.meter.charge(
-                reply.usage.input_tokens + reply.usage.cache_read_tokens + reply.usage.cache_write_tokens,
+                reply.usage.input_tokens
+                + reply.usage.cache_read_tokens
+                + reply.usage.cache_write_tokens,
                 reply.usage.output_tokens,
                 reply.cost_usd,
             )
@@ -771,7 +832,9 @@ class Run:
 
     # --------------------------------------------------------------- policy
 
-    async def _check_policies(self, point: PolicyPoint, subject: Any, call_id: str | None = None) -> Verdict:
+    async def _check_policies(
+        self, point: PolicyPoint, subject: Any, call_id: str | None = None
+    ) -> Verdict:
         """Run every policy at ``point``; the first verdict other than allow wins.
 
         A policy that raises blocks the run (fail closed). Raises ``_Blocked``.
@@ -791,7 +854,13 @@ class Run:
                 verdict = Verdict.block(verdict.reason or verdict.kind)
             if verdict.kind != "allow":
                 break
-        self._emit(ev.PolicyChecked, point=point.value, verdict=verdict.kind, reason=verdict.reason, call_id=call_id)
+        self._emit(
+            ev.PolicyChecked,
+            point=point.value,
+            verdict=verdict.kind,
+            reason=verdict.reason,
+            call_id=call_id,
+        )
         if verdict.kind == "block":
             raise _Blocked(verdict.reason or "blocked")
         return verdict
@@ -840,7 +909,11 @@ def _canonical(arguments: Any) -> str:
 def _feedback_prompt(judgement: Judgement) -> str:
     lines = judgement.feedback_text()
     if not lines:
-        lines = f"- the review could not be completed ({judgement.error})" if judgement.error else "- no details"
+        lines = (
+            f"- the review could not be completed ({judgement.error})"
+            if judgement.error
+            else "- no details"
+        )
     return (
         "Your previous answer did not pass review.\n"
         f"Reviewer feedback:\n{lines}\n"

@@ -137,7 +137,9 @@ class Runtime:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"Runtime({name}=...) must be a positive int, got {value!r}")
         if not shutdown_grace_s >= 0:
-            raise ValueError(f"Runtime(shutdown_grace_s=...) must be >= 0, got {shutdown_grace_s!r}")
+            raise ValueError(
+                f"Runtime(shutdown_grace_s=...) must be >= 0, got {shutdown_grace_s!r}"
+            )
         self.max_concurrent_runs = max_concurrent_runs
         self.provider_concurrency = provider_concurrency
         self.tool_threads = tool_threads
@@ -166,7 +168,8 @@ class Runtime:
         tb: TracebackType | None,
     ) -> bool | None:
         tg, services = self._tg, self._services
-        assert tg is not None and services is not None
+        assert tg is not None
+        assert services is not None
         try:
             if exc_type is None and self._runs:
                 with anyio.move_on_after(self.shutdown_grace_s):
@@ -184,7 +187,12 @@ class Runtime:
             await next(iter(self._runs.values())).finished.wait()
 
     def start(
-        self, agent: Agent, input: str, *, run_id: str | None = None, parent_run_id: str | None = None
+        self,
+        agent: Agent,
+        input: str,
+        *,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> RunHandle:
         """Start a run and return its handle at once."""
         if self._tg is None or self._services is None:
@@ -236,4 +244,4 @@ class Runtime:
             self._sink = None
 
 
-__all__ = ["RunHandle", "Runtime", "RuntimeClosed", "Termination", "nullcontext", "math"]
+__all__ = ["RunHandle", "Runtime", "RuntimeClosed", "Termination", "math", "nullcontext"]

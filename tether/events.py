@@ -1,8 +1,8 @@
 """The event classes of a run, and ``dump``/``load`` for JSON (DESIGN §12)."""
 
+from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
 from tether.runtime._events import CeilingHit as CeilingHit
 from tether.runtime._events import Event as Event
-from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
 from tether.runtime._events import Judged as Judged
 from tether.runtime._events import LessonsRecalled as LessonsRecalled
 from tether.runtime._events import LessonStored as LessonStored
