@@ -81,6 +81,10 @@ class ActorRef(Generic[R]):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
             raise ActorCrashed(self.name, "the actor gave up after repeated crashes") from None
+        except BaseException:
+            # Cancelled before delivery: nobody else will ever close the reply stream.
+            request.reply.close()
+            raise
 
     def close(self) -> None:
         self._mailbox.close()
@@ -104,18 +108,32 @@ async def supervise(
     actor = factory()
     task_status.started()
     with mailbox:
-        async for request in mailbox:
-            try:
-                await actor.handle(request)
-            except Exception:
-                fail(request, ActorCrashed(name, traceback.format_exc()))
-                now = anyio.current_time()
-                while crashes and now - crashes[0] > policy.period_s:
-                    crashes.popleft()
-                if len(crashes) >= policy.max_restarts:
-                    return  # give up: closing the mailbox fails every later request
-                crashes.append(now)
-                actor = factory()
+        try:
+            async for request in mailbox:
+                try:
+                    await actor.handle(request)
+                except Exception:
+                    fail(request, ActorCrashed(name, traceback.format_exc()))
+                    now = anyio.current_time()
+                    while crashes and now - crashes[0] > policy.period_s:
+                        crashes.popleft()
+                    if len(crashes) >= policy.max_restarts:
+                        return  # give up: closing the mailbox fails every later request
+                    crashes.append(now)
+                    actor = factory()
+        finally:
+            # Requests still queued (the actor was stopped or gave up) are failed,
+            # so no requester waits for ever and no reply stream is left open.
+            drain(name, mailbox)
+
+
+def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:
+    while True:
+        try:
+            request = mailbox.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            return
+        fail(request, ActorCrashed(name, "the actor stopped before serving this request"))
 
 
 def fail(request: Request, error: ActorCrashed) -> None:

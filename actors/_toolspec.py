@@ -28,6 +28,7 @@ the model can act on in a single retry.
 from __future__ import annotations
 
 import collections.abc
+import copy
 import datetime
 import enum
 import functools
@@ -318,11 +319,10 @@ def _attrs_schema(cls: type, enclosing: tuple[type, ...]) -> dict[str, Any]:
 def _add_default(schema: dict[str, Any], default: Any) -> None:
     """Show a default to the model, when it has a JSON form."""
     try:
-        plain = _converter.unstructure(default)
-        json.dumps(plain, allow_nan=False)
+        text = json.dumps(_converter.unstructure(default), allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return
-    schema["default"] = plain
+    schema["default"] = json.loads(text)  # plain JSON values: a tuple becomes a list
 
 
 # ---------------------------------------------------------------------------
@@ -797,7 +797,7 @@ class ToolSpec:
         return ToolDef(
             name=self.name,
             description=self.description,
-            input_schema=json.loads(json.dumps(self.input_schema)),
+            input_schema=copy.deepcopy(self.input_schema),
         )
 
     def validate(self, arguments: Any) -> dict[str, Any]:

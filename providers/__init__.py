@@ -1,5 +1,6 @@
 """Model providers: the protocol, normalized types, HTTP providers, the scripted provider."""
 
+from ._anthropic import AnthropicProvider as AnthropicProvider
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ConnectionDropped as ConnectionDropped
 from ._errors import FatalProviderError as FatalProviderError
@@ -16,6 +17,10 @@ from ._errors import StreamErrorEvent as StreamErrorEvent
 from ._errors import StreamInterrupted as StreamInterrupted
 from ._errors import TetherError as TetherError
 from ._errors import TransientProviderError as TransientProviderError
+from ._http import HttpPool as HttpPool
+from ._http import parse_retry_after as parse_retry_after
+from ._openai import OpenAIProvider as OpenAIProvider
+from ._prices import price_for as price_for
 from ._scripted import Fault as Fault
 from ._scripted import Reply as Reply
 from ._scripted import ScriptedProvider as ScriptedProvider
@@ -23,6 +28,7 @@ from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import ToolCall as ToolCall
 from ._types import Backoff as Backoff
 from ._types import ContentBlock as ContentBlock
+from ._types import HttpPoolLike as HttpPoolLike
 from ._types import Message as Message
 from ._types import ModelRequest as ModelRequest
 from ._types import ModelResponse as ModelResponse
@@ -38,9 +44,3 @@ from ._types import ToolDef as ToolDef
 from ._types import ToolResultBlock as ToolResultBlock
 from ._types import ToolUseBlock as ToolUseBlock
 from ._types import UsageDelta as UsageDelta
-from ._types import HttpPoolLike as HttpPoolLike
-from ._anthropic import AnthropicProvider as AnthropicProvider
-from ._http import HttpPool as HttpPool
-from ._http import parse_retry_after as parse_retry_after
-from ._openai import OpenAIProvider as OpenAIProvider
-from ._prices import price_for as price_for

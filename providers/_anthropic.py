@@ -50,6 +50,7 @@ from ._http import (
     Shape,
     check_key,
     describe,
+    drain,
     error_fields,
     parse_tool_arguments,
     post_json,
@@ -130,19 +131,28 @@ class AnthropicProvider:
                 yield item
             return
         state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
+        whole: ModelResponse | None = None
         async with aclosing(post_sse(ctx.http, call)) as events:
             async for event in events:
                 if isinstance(event, JsonBody):
-                    for item in _whole_response(self.parse_message(event.value, shape)):
-                        yield item
-                    return
+                    whole = self.parse_message(event.value, shape)
+                    break
                 for item in state.feed(event):
-                    yield item
+                    if not isinstance(item, ModelResponse):
+                        yield item
                 if state.finished is not None:
-                    return
-        raise StreamInterrupted(
-            f"anthropic: the stream ended before message_stop (after {state.events} events)"
-        )
+                    # Read the body's end so the connection can be reused.
+                    await drain(events)
+                    break
+        if whole is not None:
+            for item in _whole_response(whole):
+                yield item
+            return
+        if state.finished is None:
+            raise StreamInterrupted(
+                f"anthropic: the stream ended before message_stop (after {state.events} events)"
+            )
+        yield state.finished
 
     # -- request ------------------------------------------------------------
 

@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import json
 import math
 import os
+import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from datetime import UTC
@@ -105,7 +107,9 @@ class HttpPool:
         key = base_url.rstrip("/")
         client = self._clients.get(key)
         if client is None:
-            client = httpx.AsyncClient(timeout=self.timeout, limits=self.limits)
+            client = httpx.AsyncClient(
+                timeout=self.timeout, limits=self.limits, verify=ssl_context()
+            )
             self._clients[key] = client
         return client
 
@@ -134,13 +138,19 @@ class HttpPool:
         await self.aclose()
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """One default TLS context for every client (building one costs ~30 ms)."""
+    return httpx.create_ssl_context()
+
+
 @contextlib.asynccontextmanager
 async def client_for(http: HttpPoolLike | None, base_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """The pool's client for ``base_url``, or a temporary one closed on exit."""
     if http is not None:
         yield cast(httpx.AsyncClient, http.client(base_url))
         return
-    client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS)
+    client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS, verify=ssl_context())
     try:
         yield client
     finally:
@@ -518,10 +528,44 @@ async def post_sse(
                         f"got content-type {media or 'none'!r}"
                     )
                 mid_stream = True
-                async for event in EventSource(response).aiter_sse():
-                    yield event
+                events = EventSource(response).aiter_sse()
+                try:
+                    async for event in events:
+                        yield event
+                finally:
+                    await unwind(events)
         except httpx.HTTPError as exc:
             raise call.transport_error(exc, mid_stream=mid_stream) from exc
+
+
+async def drain(events: AsyncIterator[Any], limit_s: float = 1.0) -> None:
+    """Consume what is left of a finished answer (its body's end), for at most ``limit_s``.
+
+    Reading to the end lets httpx return the connection to the pool; a
+    server that keeps the body open is given up on after ``limit_s``. Errors
+    are ignored: the answer is already complete.
+    """
+    with anyio.move_on_after(limit_s), contextlib.suppress(ProviderError):
+        async for _ in events:
+            pass
+
+
+async def unwind(agen: AsyncGenerator[Any, None]) -> None:
+    """Finish an abandoned httpx/httpx-sse iterator chain without leaving it suspended.
+
+    httpx 0.28 and httpx-sse iterate a response through nested async
+    generators that are not closed when the outermost one is (encode/httpx
+    #3686): a chain given up mid-stream is garbage collected suspended, and
+    trio warns (``ResourceWarning``) for each. Resuming the chain inside a
+    cancelled (and shielded) scope drains what is already buffered and then
+    raises ``Cancelled`` at its first network read, which unwinds every frame
+    of the chain; the connection is closed rather than reused.
+    """
+    with anyio.CancelScope(shield=True) as scope:
+        scope.cancel()
+        with contextlib.suppress(Exception):
+            async for _ in agen:
+                pass
 
 
 __all__ = [
@@ -533,6 +577,7 @@ __all__ = [
     "Shape",
     "check_key",
     "client_for",
+    "drain",
     "error_for_exception",
     "error_for_status",
     "parse_retry_after",
@@ -542,4 +587,5 @@ __all__ = [
     "redact",
     "resolve_key",
     "retry_after_from_headers",
+    "unwind",
 ]

@@ -53,6 +53,7 @@ from ._http import (
     Shape,
     check_key,
     describe,
+    drain,
     error_fields,
     parse_tool_arguments,
     plain,
@@ -137,18 +138,23 @@ class OpenAIProvider:
                 yield item
             return
         state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
+        whole: ModelResponse | None = None
         async with aclosing(post_sse(ctx.http, call)) as events:
             async for event in events:
                 if isinstance(event, JsonBody):
-                    response = self.parse_completion(event.value, shape, call.secrets)
-                    for item in _whole_response(response):
-                        yield item
-                    return
+                    whole = self.parse_completion(event.value, shape, call.secrets)
+                    break
                 if event.data.strip() == "[DONE]":
                     state.done = True
+                    # Read the body's end so the connection can be reused.
+                    await drain(events)
                     break
                 for item in state.feed(event):
                     yield item
+        if whole is not None:
+            for item in _whole_response(whole):
+                yield item
+            return
         if state.finish_reason is None:
             end = "[DONE]" if state.done else "the end of the stream"
             raise StreamInterrupted(

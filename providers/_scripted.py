@@ -9,6 +9,7 @@ Each run keeps its own position: many concurrent runs can share one provider.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -136,8 +137,9 @@ class ScriptedProvider:
                     )
                 )
             raise item.error
-        async for out in self._play(item, request, ctx, input_tokens):
-            yield out
+        async with contextlib.aclosing(self._play(item, request, ctx, input_tokens)) as replies:  # type: ignore[type-var]
+            async for out in replies:
+                yield out
 
     async def _play(
         self, reply: Reply, request: ModelRequest, ctx: ProviderContext, input_tokens: int

@@ -58,3 +58,5 @@ __all__ = [
     "Verdict",
     "events",
 ]
+
+from ._sinks import JsonlSink as JsonlSink

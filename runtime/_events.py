@@ -165,6 +165,14 @@ class CeilingHit(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ChildCrashed(Event):
+    """A child actor crashed on a request; the request failed and was not replayed."""
+
+    actor: str
+    error: str
+
+
+@attrs.frozen(kw_only=True)
 class LessonStored(Event):
     lesson_id: str
 
@@ -198,6 +206,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Transition,
         CeilingHit,
         LessonStored,
+        ChildCrashed,
         RunFinished,
     )
 }

@@ -19,7 +19,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -75,6 +75,33 @@ REPEAT_NUDGE = (
     "You already made this exact call (same tool, same arguments) in the previous round; "
     "its result is above. Use that result, or call with different arguments."
 )
+
+
+class EventStream:
+    """An async iterator over a run's events: replay, then live.
+
+    A plain iterator object rather than an async generator, so a reader may
+    stop early (``break``) without leaving a generator to finalize.
+    """
+
+    __slots__ = ("_index", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._index = 0
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        run = self._run
+        if self._index >= len(run.events):
+            await run.wait_for_event(self._index)
+            if self._index >= len(run.events):
+                raise StopAsyncIteration
+        event = run.events[self._index]
+        self._index += 1
+        return event
 
 
 @attrs.frozen(kw_only=True)
@@ -157,15 +184,13 @@ class Run:
             self._waiter = None
         self._services.publish(event)
 
-    async def follow(self) -> AsyncIterator[ev.Event]:
+    def follow(self) -> EventStream:
         """Every event from the first, then live ones, until ``RunFinished``."""
-        index = 0
-        while True:
-            while index < len(self.events):
-                yield self.events[index]
-                index += 1
-            if self.result is not None:
-                return
+        return EventStream(self)
+
+    async def wait_for_event(self, count: int) -> None:
+        """Wait until the run has more than ``count`` events or has finished."""
+        while len(self.events) <= count and self.result is None:
             if self._waiter is None:
                 self._waiter = anyio.Event()
             await self._waiter.wait()
@@ -208,7 +233,7 @@ class Run:
                 scope.cancel()
             try:
                 async with anyio.create_task_group() as tg:
-                    await self._start_children(tg)
+                    self._start_children(tg)
                     try:
                         termination = await self._loop()
                     finally:
@@ -230,40 +255,27 @@ class Run:
                 )
         self._finish(termination, self._error)
 
-    async def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
+    def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
+        # start_soon, not start: there is no await between making a mailbox and
+        # handing it to its task, so a cancellation cannot strand a stream. The
+        # mailboxes buffer, so the Run may send before a child first runs.
         agent, services = self.agent, self._services
-        model_ref, model_box = spawn_mailbox("model", 1)
         gate, http = services.gate_for(agent.provider), services.http
-        await tg.start(
-            supervise,
-            "model",
-            lambda: ModelActor(agent.provider, self.id, gate, http),
-            model_box,
-            agent.restart,
-        )
-        self._model = model_ref
+
+        def spawn(name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
+            ref, box = spawn_mailbox(name, 1)
+            tg.start_soon(supervise, name, factory, box, agent.restart, name=f"{self.id}:{name}")
+            return ref
+
+        self._model = spawn("model", lambda: ModelActor(agent.provider, self.id, gate, http))
         if agent.tools or agent.discovery == "first":
-            tool_ref, tool_box = spawn_mailbox("tools", 1)
-            settings, retries, threads = (
-                agent.tool_settings,
-                agent.limits.max_tool_retries,
-                services.threads,
+            settings, retries = agent.tool_settings, agent.limits.max_tool_retries
+            self._tool_actor = spawn(
+                "tools", lambda: ToolActor(settings, retries, services.threads)
             )
-            await tg.start(
-                supervise,
-                "tools",
-                lambda: ToolActor(settings, retries, threads),
-                tool_box,
-                agent.restart,
-            )
-            self._tool_actor = tool_ref
         if agent.judge is not None:
             judge = agent.judge
-            judge_ref, judge_box = spawn_mailbox("judge", 1)
-            await tg.start(
-                supervise, "judge", lambda: JudgeActor(judge, self.id), judge_box, agent.restart
-            )
-            self._judge = judge_ref
+            self._judge = spawn("judge", lambda: JudgeActor(judge, self.id))
 
     def _stop_children(self) -> None:
         # Closing a mailbox ends its actor's loop once it is idle; the Run waits
@@ -552,6 +564,7 @@ class Run:
                     self._error = f"{type(error).__name__}: {error}"
                     return Termination.PROVIDER_FAILED
                 elif isinstance(item, ActorFailed):
+                    self._emit(ev.ChildCrashed, actor="model", error=item.error.traceback)
                     self._error = item.error.traceback
                     return Termination.CRASHED
         self._error = "the model actor stopped without an answer"
@@ -693,16 +706,12 @@ class Run:
         self._close_round_calls()
         if blocked is not None:
             return _Decision("complete", "policy_blocked", self._blocked(blocked))
-        crashed = [d for d in done if isinstance(d, ActorCrashed)]
-        if crashed:
-            self._error = crashed[0].traceback
-            return _Decision("complete", "crashed", Termination.CRASHED)
-        fatal = [d for d in done if isinstance(d, ToolDone) and d.outcome == "fatal_error"]
+        fatal = [d for d in done if d.outcome == "fatal_error"]
         if fatal:
             self._error = f"{fatal[0].name}: {fatal[0].content}"
             return _Decision("complete", "fatal_tool_error", Termination.FATAL_TOOL_ERROR)
         for d in done:
-            if isinstance(d, ToolDone) and d.outcome == "ok" and self._tools[d.name].terminal:
+            if d.outcome == "ok" and self._tools[d.name].terminal:
                 self._output = d.content
                 return _Decision("complete", "terminal_tool", Termination.TERMINAL_TOOL)
         if budget_hit:
@@ -715,30 +724,32 @@ class Run:
             return _Decision("complete", "max_tool_calls", Termination.MAX_TOOL_CALLS)
         return _Decision("continue", "tool_use")
 
-    async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone | ActorCrashed]:
+    async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
         assert self._tool_actor is not None
         send, receive = anyio.create_memory_object_stream[Any](len(invocations) + 1)
         pending = {i.call.id: i.call for i in invocations}
         self._in_flight.update(pending)
-        done: list[ToolDone | ActorCrashed] = []
+        done: list[ToolDone] = []
         with receive:
             await self._tool_actor.send(RunTools(invocations=tuple(invocations), reply=send))
             async for item in receive:
                 if isinstance(item, ActorFailed):
-                    done.append(item.error)
+                    self._emit(ev.ChildCrashed, actor="tools", error=item.error.traceback)
                     break
                 call = pending.pop(item.call_id)
                 del self._in_flight[item.call_id]
                 self._settle(call, item.outcome, item.content, item.attempts)
                 done.append(item)
-        # Calls the actor never answered (it crashed): fail them, never replay them.
+        # Calls the actor never answered (it crashed): fail them, never replay them
+        # (a tool may have side effects). The supervisor restarts the actor.
         for call in pending.values():
             del self._in_flight[call.id]
             self._settle(
-                call, "transient_error", "the tool executor failed; the call was not completed", 0
+                call,
+                "transient_error",
+                "the tool executor crashed; the call may not have completed and was not retried",
+                0,
             )
-        if pending and not any(isinstance(d, ActorCrashed) for d in done):
-            done.append(ActorCrashed("tools", "the tool actor stopped without answering"))
         return done
 
     def _settle(self, call: ToolUseBlock, outcome: str, content: str, attempts: int) -> None:
@@ -782,6 +793,7 @@ class Run:
                 )
         if isinstance(reply, ActorFailed):
             self._stage_out("judge")
+            self._emit(ev.ChildCrashed, actor="judge", error=reply.error.traceback)
             self._error = reply.error.traceback
             return _Decision("complete", "crashed", Termination.CRASHED)
         assert isinstance(reply, JudgeDone)

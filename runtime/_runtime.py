@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 from typing import Any
@@ -21,7 +21,7 @@ from . import _events as ev
 from ._agent import Agent
 from ._limits import Termination
 from ._result import RunResult
-from ._run import Run
+from ._run import EventStream, Run
 
 EventSink = Callable[[ev.Event], object]
 
@@ -46,7 +46,7 @@ class RunHandle:
     def done(self) -> bool:
         return self._run.result is not None
 
-    def events(self) -> AsyncIterator[ev.Event]:
+    def events(self) -> EventStream:
         """Every event of the run from the first, then live ones until ``RunFinished``.
 
         Events are kept by the run, so a slow reader never stalls it and never

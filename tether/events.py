@@ -2,6 +2,7 @@
 
 from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
 from tether.runtime._events import CeilingHit as CeilingHit
+from tether.runtime._events import ChildCrashed as ChildCrashed
 from tether.runtime._events import Event as Event
 from tether.runtime._events import Judged as Judged
 from tether.runtime._events import LessonsRecalled as LessonsRecalled
