@@ -207,16 +207,6 @@ async def test_start_outside_runtime_is_a_clear_error() -> None:
 # ------------------------------------------------------------------ deadlines
 
 
-AUTOJUMP = pytest.mark.parametrize(
-    "anyio_backend",
-    [
-        pytest.param(
-            ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio-autojump"
-        )
-    ],
-)
-
-
 @AUTOJUMP
 async def test_deadline_on_autojump_clock(anyio_backend: Any) -> None:
     """timeout_s is enforced by the run's cancel scope, exactly, on virtual time."""

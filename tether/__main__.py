@@ -582,34 +582,26 @@ async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> RunResult:
         open_line = False  # the last text printed did not end its line
         async for event in handle.events():
             if isinstance(event, ev.ModelCallFinished) and event.text:
-                out.write(event.text)
                 # A response cut off by max_tokens is continued by the next call.
                 open_line = event.stop_reason == "max_tokens" and not event.tool_calls
-                if not open_line:
-                    out.write("\n")
-                out.flush()
+                _write(out, event.text, end="" if open_line else "\n")
                 continue
             if open_line and isinstance(event, ev.ModelCallFinished | ev.RunFinished):
-                out.write("\n")
+                _write(out, "")
                 open_line = False
             _narrate(event, arguments, err)
         result = await handle.result()
     if result.termination is Termination.TERMINAL_TOOL and result.output is not None:
-        _write_line(out, result.output)
-    _write_line(err, result.summary())
-    _write_line(err, _usage_line(result.usage))
-    _write_line(err, f"cost: {_money(result.usage.cost_usd)}")
+        _write(out, result.output)
+    _write(err, result.summary())
+    _write(err, _usage_line(result.usage))
+    _write(err, f"cost: {_money(result.usage.cost_usd)}")
     code = EXIT_CODES.get(result.termination, EXIT_STOPPED)
     if code != EXIT_OK:
-        _write_line(err, f"termination: {result.termination.value} (exit {code})")
+        _write(err, f"termination: {result.termination.value} (exit {code})")
         if result.error:
-            _write_line(err, f"error: {result.error.rstrip()}")
+            _write(err, f"error: {result.error.rstrip()}")
     return result
-
-
-def _write_line(stream: TextIO, text: str) -> None:
-    stream.write(text + "\n")
-    stream.flush()
 
 
 def _narrate(event: ev.Event, arguments: dict[str, Any], err: TextIO) -> None:
@@ -618,9 +610,9 @@ def _narrate(event: ev.Event, arguments: dict[str, Any], err: TextIO) -> None:
         arguments[event.call_id] = event.arguments
     elif isinstance(event, ev.ToolCallFinished):
         call = f"{event.name}({_clip(_compact(arguments.pop(event.call_id, {})), 60)})"
-        _write_line(err, f"· tool {call} → {event.outcome}: {_clip(event.content, 80)}")
+        _write(err, f"· tool {call} → {event.outcome}: {_clip(event.content, 80)}")
     elif isinstance(event, ev.ProviderRetry):
-        _write_line(
+        _write(
             err,
             f"· provider retry after attempt {event.attempt}: {event.error_type}, "
             f"waiting {event.wait_s:.2f} s",
@@ -628,9 +620,7 @@ def _narrate(event: ev.Event, arguments: dict[str, Any], err: TextIO) -> None:
     elif isinstance(event, ev.Judged):
         mark = "✓" if event.passed else "✗"
         feedback = "; ".join(f"{k}: {v}" for k, v in event.feedback.items())
-        _write_line(
-            err, f"· judge {mark} {_scores(event.scores)}{' — ' + feedback if feedback else ''}"
-        )
+        _write(err, f"· judge {mark} {_scores(event.scores)}{' — ' + feedback if feedback else ''}")
 
 
 def load_agent(target: str) -> Agent:
