@@ -36,7 +36,7 @@ from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
 
 ErrorClass = Literal["model", "transient", "fatal"]
 Classifier = Callable[[BaseException], ErrorClass]
-Outcome = Literal["ok", "model_error", "transient_error", "fatal_error", "timeout"]
+Outcome = Literal["ok", "model_error", "transient_error", "fatal_error", "timeout", "cancelled"]
 
 
 def default_classifier(exc: BaseException) -> ErrorClass:
@@ -106,24 +106,39 @@ class ToolActor:
 
     async def handle(self, request: RunTools) -> None:
         with request.reply:
-            parallel = [i for i in request.invocations if not i.spec.sequential]
-            if len(parallel) == 1:
-                await self._run_one(parallel[0], request.reply)
-            elif parallel:
-                async with anyio.create_task_group() as tg:
-                    for invocation in parallel:
-                        tg.start_soon(self._run_one, invocation, request.reply)
-            for invocation in request.invocations:
-                if invocation.spec.sequential:
-                    await self._run_one(invocation, request.reply)
+            answered: set[str] = set()
+            # A fatal error ends the run: the calls still running are cancelled
+            # (and answered ``cancelled``) rather than waited for.
+            with anyio.CancelScope() as batch:
+                parallel = [i for i in request.invocations if not i.spec.sequential]
+                if len(parallel) == 1:
+                    await self._run_one(parallel[0], request.reply, batch, answered)
+                elif parallel:
+                    async with anyio.create_task_group() as tg:
+                        for invocation in parallel:
+                            tg.start_soon(self._run_one, invocation, request.reply, batch, answered)
+                for invocation in request.invocations:
+                    if invocation.spec.sequential:
+                        await self._run_one(invocation, request.reply, batch, answered)
+            if batch.cancel_called:
+                for invocation in request.invocations:
+                    if invocation.call.id not in answered:
+                        request.reply.send_nowait(_cancelled(invocation))
 
     async def _run_one(
-        self, invocation: ToolInvocation, reply: MemoryObjectSendStream[Any]
+        self,
+        invocation: ToolInvocation,
+        reply: MemoryObjectSendStream[Any],
+        batch: anyio.CancelScope,
+        answered: set[str],
     ) -> None:
         async with self._limiter:
             done = await self._execute(invocation)
         # The reply buffer holds one result per call: this never blocks.
         reply.send_nowait(done)
+        answered.add(done.call_id)
+        if done.outcome == "fatal_error":
+            batch.cancel()
 
     async def _execute(self, invocation: ToolInvocation) -> ToolDone:
         call, spec = invocation.call, invocation.spec
@@ -178,6 +193,16 @@ class ToolActor:
         except Exception:
             return "fatal"  # a broken classifier must not hide a failure as success
         return kind if kind in ("model", "transient", "fatal") else "fatal"
+
+
+def _cancelled(invocation: ToolInvocation) -> ToolDone:
+    return ToolDone(
+        call_id=invocation.call.id,
+        name=invocation.call.name,
+        outcome="cancelled",
+        content="cancelled: another call of this round failed fatally",
+        attempts=0,
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -48,6 +48,7 @@ from ._http import (
     HttpCall,
     JsonBody,
     Shape,
+    check_base_url,
     check_key,
     describe,
     drain,
@@ -55,7 +56,6 @@ from ._http import (
     parse_tool_arguments,
     post_json,
     post_sse,
-    redact,
     resolve_key,
 )
 from ._prices import price_for
@@ -106,7 +106,7 @@ class AnthropicProvider:
 
     def __attrs_post_init__(self) -> None:
         self.api_key = resolve_key(self.api_key, API_KEY_ENV)
-        self.base_url = self.base_url.rstrip("/")
+        self.base_url = check_base_url(self.base_url)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
@@ -286,7 +286,7 @@ def _usage(raw: Any, base: TokenUsage, shape: Shape) -> TokenUsage:
 
 def _event_error(data: Any, provider: str, secrets: tuple[str, ...]) -> ProviderError:
     kind, _code, message = error_fields(data)
-    text = redact(describe(provider, "error event in the stream", kind, message), secrets)
+    text = describe(provider, "error event in the stream", kind, message, secrets)
     fatal = _FATAL_EVENT_ERRORS.get(kind or "")
     return fatal(text) if fatal is not None else StreamErrorEvent(text)
 

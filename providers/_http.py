@@ -50,6 +50,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from datetime import UTC
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anyio
 import attrs
@@ -254,8 +255,15 @@ def error_fields(
     )
 
 
-def describe(provider: str, what: str, kind: str | None, message: str | None) -> str:
-    detail = ": ".join(part for part in (kind, message) if part)
+def describe(
+    provider: str,
+    what: str,
+    kind: str | None,
+    message: str | None,
+    secrets: Iterable[str | None] = (),
+) -> str:
+    """``"<provider>: <what>: <kind>: <message>"``, redacted, then truncated."""
+    detail = redact(": ".join(part for part in (kind, message) if part), secrets)
     return f"{provider}: {what}" + (f": {_truncate(detail)}" if detail else "")
 
 
@@ -272,10 +280,10 @@ def error_for_status(
     kind, code, message = _error_object(body)
     reason = httpx.codes.get_reason_phrase(status)
     what = f"HTTP {status}" + (f" {reason}" if reason else "")
-    text = redact(describe(provider, what, kind, message), secrets)
+    text = describe(provider, what, kind, message, secrets)
     retry_after = retry_after_from_headers(headers, now=now) if headers is not None else None
 
-    transient: type[TransientProviderError] | None = None
+    transient: type[TransientProviderError]
     if status == 400 or (400 <= status < 500 and status not in (401, 403, 404, 408, 409, 429)):
         return InvalidRequest(text, status=status)
     if status == 401:
@@ -341,6 +349,18 @@ def resolve_key(value: str | None, env: str) -> str | None:
     key = value if value is not None else os.environ.get(env)
     key = key.strip() if key else None
     return key or None
+
+
+def check_base_url(url: str) -> str:
+    """``url`` without a trailing slash; ``ValueError`` unless it is an http(s) URL with a host."""
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018  (raises ValueError when out of range)
+    except ValueError as exc:
+        raise ValueError(f"base_url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {url!r}")
+    return url.strip().rstrip("/")
 
 
 def check_key(key: str, provider: str) -> None:
@@ -466,7 +486,7 @@ class HttpCall:
             secrets=self.secrets,
         )
 
-    def transport_error(self, exc: httpx.HTTPError, *, mid_stream: bool) -> ProviderError:
+    def transport_error(self, exc: Exception, *, mid_stream: bool) -> ProviderError:
         return error_for_exception(
             exc, provider=self.provider, mid_stream=mid_stream, secrets=self.secrets
         )
@@ -485,7 +505,7 @@ async def post_json(http: HttpPoolLike | None, call: HttpCall) -> Any:
     async with client_for(http, call.base_url) as client:
         try:
             response = await client.post(call.url, **kwargs)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise call.transport_error(exc, mid_stream=False) from exc
     if not response.is_success:
         raise call.status_error(response)
@@ -534,7 +554,7 @@ async def post_sse(
                         yield event
                 finally:
                     await unwind(events)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise call.transport_error(exc, mid_stream=mid_stream) from exc
 
 
@@ -575,6 +595,7 @@ __all__ = [
     "HttpPool",
     "JsonBody",
     "Shape",
+    "check_base_url",
     "check_key",
     "client_for",
     "drain",

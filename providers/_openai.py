@@ -51,6 +51,7 @@ from ._http import (
     HttpCall,
     JsonBody,
     Shape,
+    check_base_url,
     check_key,
     describe,
     drain,
@@ -59,7 +60,6 @@ from ._http import (
     plain,
     post_json,
     post_sse,
-    redact,
     resolve_key,
 )
 from ._prices import price_for
@@ -108,7 +108,7 @@ class OpenAIProvider:
 
     def __attrs_post_init__(self) -> None:
         self.api_key = resolve_key(self.api_key, API_KEY_ENV)
-        self.base_url = self.base_url.rstrip("/")
+        self.base_url = check_base_url(self.base_url)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
@@ -352,9 +352,7 @@ def _usage(raw: Any, shape: Shape) -> TokenUsage:
 def _chunk_error(data: dict[str, Any], secrets: tuple[str, ...]) -> ProviderError:
     kind, code, message = error_fields(data)
     label = kind or code
-    return StreamErrorEvent(
-        redact(describe("openai", "error in the response", label, message), secrets)
-    )
+    return StreamErrorEvent(describe("openai", "error in the response", label, message, secrets))
 
 
 @attrs.define

@@ -63,6 +63,11 @@ class ToolUseBlock:
     input: Any
     type: Literal["tool_use"] = "tool_use"
 
+    @property
+    def arguments(self) -> Any:
+        """The same as ``input`` (the name DESIGN §13 gives policies)."""
+        return self.input
+
 
 @attrs.frozen(kw_only=True)
 class ToolResultBlock:

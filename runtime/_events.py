@@ -142,6 +142,23 @@ class ToolCallFinished(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ApprovalRequested(Event):
+    """A policy asked for the host's approval of a tool call; the call waits."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalAnswered(Event):
+    call_id: str
+    approved: bool
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Judged(Event):
     scores: Mapping[str, float]
     passed: bool
@@ -202,6 +219,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PolicyChecked,
         ToolCallStarted,
         ToolCallFinished,
+        ApprovalRequested,
+        ApprovalAnswered,
         Judged,
         Transition,
         CeilingHit,

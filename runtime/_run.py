@@ -104,6 +104,17 @@ class EventStream:
         return event
 
 
+@attrs.define(kw_only=True)
+class Approval:
+    """A tool call waiting for the host's answer."""
+
+    call: ToolUseBlock
+    reason: str
+    answered: anyio.Event = attrs.field(factory=anyio.Event)
+    approved: bool | None = None
+    note: str | None = None
+
+
 @attrs.frozen(kw_only=True)
 class RunView:
     """A read-only view of a run, given to ``round_end`` policies."""
@@ -161,6 +172,8 @@ class Run:
         self._trimmed = False
         self._previous_calls: frozenset[tuple[str, str]] = frozenset()
         self._in_flight: dict[str, ToolUseBlock] = {}
+        self._approvals: dict[str, Approval] = {}
+        self._stop_requested = False
         # The calls of the round being executed and their results so far.
         self._round_calls: Sequence[ToolUseBlock] = ()
         self._results: dict[str, ToolResultBlock] = {}
@@ -196,6 +209,13 @@ class Run:
             await self._waiter.wait()
 
     # ------------------------------------------------------------ cancellation
+
+    def stop(self) -> None:
+        """Finish the current round, then end ``cancelled`` with reason "stopped"."""
+        self._stop_requested = True
+
+    def pending_approvals(self) -> list[Approval]:
+        return [a for a in self._approvals.values() if not a.answered.is_set()]
 
     def cancel(self, reason: str) -> None:
         if self.result is not None or self._cancel_reason is not None:
@@ -294,9 +314,11 @@ class Run:
             if call.id not in self._results:
                 self._settle(call, "cancelled", "the run ended before this call ran", 0)
         self._close_round_calls()
-        output = self._output
+        output = None
         if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
             output = self._candidate
+        elif termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
+            output = self._output
         usage = self.meter.freeze()
         self._emit(ev.RunFinished, termination=termination, usage=usage, output=output, error=error)
         judgement = self._judgement
@@ -353,6 +375,9 @@ class Run:
                 ceiling = self._check_budget()
                 if ceiling is not None:
                     decision = _Decision("complete", ceiling.value, ceiling)
+            if decision.termination is None and self._stop_requested:
+                self._error = "stopped"
+                decision = _Decision("complete", "stopped", Termination.CANCELLED)
             self._emit(ev.Transition, kind=decision.kind, reason=decision.reason)
             self._stage_out("decide")
             if decision.termination is not None:
@@ -656,24 +681,24 @@ class Run:
             self._stage_out("execute")
 
     async def _run_calls(self, calls: Sequence[ToolUseBlock]) -> _Decision:
+        """Decide each call (repeat, unknown, budget, policy, approval), then run the rest.
+
+        Every call is decided before any runs, so a block at a later call stops
+        the earlier ones too: no tool call follows a block.
+        """
         limits, meter = self.agent.limits, self.meter
-        previous, current = self._previous_calls, set()
+        previous = self._previous_calls
+        self._previous_calls = frozenset((c.name, _canonical(c.input)) for c in calls)
         self._round_calls, self._results = calls, {}
-        runnable: list[ToolInvocation] = []
-        blocked: _Blocked | None = None
+        admitted: list[ToolUseBlock] = []
+        asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = False
         for call in calls:
-            key = (call.name, _canonical(call.input))
-            current.add(key)
             self._emit(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
-            spec = self._tools.get(call.name)
-            if spec is SEARCH_TOOL and blocked is None and key not in previous:
-                self._search_tools(call)
-            elif blocked is not None:
-                self._settle(call, "cancelled", "not run: the run was blocked by a policy", 0)
-            elif key in previous:
+        for call in calls:
+            if (call.name, _canonical(call.input)) in previous:
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
-            elif spec is None:
+            elif call.name not in self._tools:
                 known = ", ".join(sorted(self._tools)) or "none"
                 self._settle(
                     call, "model_error", f"unknown tool {call.name!r}; available tools: {known}", 0
@@ -691,21 +716,29 @@ class Run:
                     verdict = await self._check_policies(
                         PolicyPoint.TOOL_CALL, call, call_id=call.id
                     )
-                except _Blocked as exc:
-                    blocked = exc
-                    self._settle(call, "cancelled", "not run: the run was blocked by a policy", 0)
-                    continue
-                if verdict.kind in ("deny", "ask"):
-                    # Approval (ask) is answered by the host; without one it is a denial.
+                except _Blocked as blocked:
+                    self._cancel_undecided("not run: the run was blocked by a policy")
+                    self._close_round_calls()
+                    return _Decision("complete", "policy_blocked", self._blocked(blocked))
+                if verdict.kind == "deny":
                     self._settle(call, "denied", f"denied by policy: {verdict.reason}", 0)
                     continue
-                meter.tool_calls += 1
+                meter.tool_calls += 1  # reserved now, so approvals cannot overspend
+                if verdict.kind == "ask":
+                    asks.append((call, verdict.reason or "approval required"))
+                else:
+                    admitted.append(call)
+        if asks:
+            admitted += await self._await_approvals(asks)
+        runnable: list[ToolInvocation] = []
+        for call in admitted:
+            spec = self._tools[call.name]
+            if spec is SEARCH_TOOL:
+                self._search_tools(call)
+            else:
                 runnable.append(ToolInvocation(call=call, spec=spec))
-        self._previous_calls = frozenset(current)
         done = await self._run_tools(runnable) if runnable else []
         self._close_round_calls()
-        if blocked is not None:
-            return _Decision("complete", "policy_blocked", self._blocked(blocked))
         fatal = [d for d in done if d.outcome == "fatal_error"]
         if fatal:
             self._error = f"{fatal[0].name}: {fatal[0].content}"
@@ -723,6 +756,53 @@ class Run:
             )
             return _Decision("complete", "max_tool_calls", Termination.MAX_TOOL_CALLS)
         return _Decision("continue", "tool_use")
+
+    def _cancel_undecided(self, why: str) -> None:
+        for call in self._round_calls:
+            if call.id not in self._results:
+                self._settle(call, "cancelled", why, 0)
+
+    async def _await_approvals(self, asks: list[tuple[ToolUseBlock, str]]) -> list[ToolUseBlock]:
+        """Wait (within the run's deadline) for the host to approve or reject each call."""
+        for call, reason in asks:
+            self._approvals[call.id] = Approval(call=call, reason=reason)
+            self._emit(
+                ev.ApprovalRequested,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.input,
+                reason=reason,
+            )
+        approved: list[ToolUseBlock] = []
+        try:
+            for call, _ in asks:
+                approval = self._approvals[call.id]
+                await approval.answered.wait()
+                self._emit(
+                    ev.ApprovalAnswered,
+                    call_id=call.id,
+                    approved=bool(approval.approved),
+                    reason=approval.note,
+                )
+                if approval.approved:
+                    approved.append(call)
+                else:
+                    self.meter.tool_calls -= 1
+                    self._settle(call, "denied", f"rejected by the host: {approval.note}", 0)
+        finally:
+            for call, _ in asks:
+                self._approvals.pop(call.id, None)
+        return approved
+
+    def answer(self, call_id: str, approved: bool, note: str | None) -> None:
+        approval = self._approvals.get(call_id)
+        if approval is None:
+            waiting = ", ".join(self._approvals) or "none"
+            raise KeyError(f"no approval is pending for call {call_id!r} (pending: {waiting})")
+        if approval.answered.is_set():
+            raise ValueError(f"call {call_id!r} was already answered")
+        approval.approved, approval.note = approved, note
+        approval.answered.set()
 
     async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
         assert self._tool_actor is not None

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import attrs
 from anyio.abc import TaskGroup
 
 from tether.actors import ProviderGate
@@ -28,6 +29,14 @@ EventSink = Callable[[ev.Event], object]
 
 class RuntimeClosed(RuntimeError):
     """The Runtime is not running (not entered yet, or already closed)."""
+
+
+@attrs.frozen(kw_only=True)
+class PendingApproval:
+    call_id: str
+    name: str
+    arguments: Any
+    reason: str
 
 
 class RunHandle:
@@ -57,6 +66,28 @@ class RunHandle:
     def cancel(self, reason: str = "cancelled") -> None:
         """End the run now: in-flight calls are cancelled, the run ends ``cancelled``."""
         self._run.cancel(reason)
+
+    def stop(self) -> None:
+        """End the run gently: the current round finishes, then it ends ``cancelled``
+        with reason ``"stopped"``. No call in flight is interrupted."""
+        self._run.stop()
+
+    def approve(self, call_id: str) -> None:
+        """Let a tool call that a policy held for approval (``Verdict.ask``) run."""
+        self._run.answer(call_id, True, None)
+
+    def reject(self, call_id: str, reason: str = "rejected") -> None:
+        """Refuse a held tool call; the model gets an is_error result with ``reason``."""
+        self._run.answer(call_id, False, reason)
+
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The tool calls waiting for :meth:`approve` or :meth:`reject`."""
+        return [
+            PendingApproval(
+                call_id=a.call.id, name=a.call.name, arguments=a.call.input, reason=a.reason
+            )
+            for a in self._run.pending_approvals()
+        ]
 
     async def result(self) -> RunResult:
         await self._run.finished.wait()

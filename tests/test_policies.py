@@ -249,11 +249,6 @@ async def submit(answer: str) -> str:
         pytest.param(
             Reply(tool_calls=[ToolCall(name="submit", arguments={"answer": "x"}, id="s1")]),
             id="terminal_tool",
-            marks=pytest.mark.xfail(
-                reason="BUG: runtime/_run.py _finish (~l.285) keeps self._output (the terminal "
-                "tool's result) as RunResult.output when round_end blocks the run",
-                strict=True,
-            ),
         ),
     ],
 )
@@ -270,11 +265,6 @@ async def test_round_end_block_of_a_finished_round_delivers_no_output(final: Rep
     assert result.output is None
 
 
-@pytest.mark.xfail(
-    reason="BUG: runtime/_run.py _run_calls (~l.692) still executes calls the policy allowed "
-    "earlier in the round after a later call of the same round was blocked",
-    strict=True,
-)
 async def test_block_at_a_later_call_stops_earlier_allowed_calls_of_the_round() -> None:
     """A block on the 2nd call of a round also keeps the 1st (allowed, not yet run) from running."""
 
@@ -451,12 +441,6 @@ async def test_each_point_gets_its_subject() -> None:
 # ------------------------------------------------------------------- approval
 
 
-@pytest.mark.xfail(
-    reason="BUG: DESIGN §9 approval is not implemented: Verdict.ask is treated as deny at once "
-    '(runtime/_run.py _run_calls, \'if verdict.kind in ("deny", "ask")\') and RunHandle '
-    "has no approve()",
-    strict=True,
-)
 async def test_ask_waits_for_the_host_to_approve() -> None:
     """`Verdict.ask` holds the call until the host approves it through the run's handle."""
 
@@ -472,7 +456,7 @@ async def test_ask_waits_for_the_host_to_approve() -> None:
                     break
             await anyio.sleep(0.01)
             assert not handle.done, "the run must wait for the host's answer"
-            handle.approve("c1")  # type: ignore[attr-defined]
+            handle.approve("c1")
             result = await handle.result()
     assert tool_outcomes(result) == {"c1": "ok"}
     assert result.termination == "answered"

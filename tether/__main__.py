@@ -645,13 +645,13 @@ def load_agent(target: str) -> Agent:
     if isinstance(obj, Agent):
         return obj
     if not callable(obj):
-        raise UsageError(f"{target} is a {type(obj).__name__}, not a tether.Agent")
+        raise UsageError(f"{target} is of type {type(obj).__name__}, not a tether.Agent")
     try:
         made = obj()
     except Exception as exc:
         raise UsageError(f"{target}() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(made, Agent):
-        raise UsageError(f"{target}() returned a {type(made).__name__}, not a tether.Agent")
+        raise UsageError(f"{target}() returned {type(made).__name__}, not a tether.Agent")
     return made
 
 

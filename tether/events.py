@@ -1,6 +1,8 @@
 """The event classes of a run, and ``dump``/``load`` for JSON (DESIGN §12)."""
 
 from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
+from tether.runtime._events import ApprovalAnswered as ApprovalAnswered
+from tether.runtime._events import ApprovalRequested as ApprovalRequested
 from tether.runtime._events import CeilingHit as CeilingHit
 from tether.runtime._events import ChildCrashed as ChildCrashed
 from tether.runtime._events import Event as Event

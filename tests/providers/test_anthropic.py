@@ -19,9 +19,11 @@ from tether.providers import (
     ModelRequest,
     ModelResponse,
     NotFound,
+    OpenAIProvider,
     Overloaded,
     PermissionDenied,
     Provider,
+    ProviderError,
     ProviderTimeout,
     RateLimited,
     ServerError,
@@ -588,7 +590,9 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
         (529, "overloaded_error", Overloaded),
     ],
 )
-async def test_http_errors(stream: bool, status: int, kind: str, error: type[Exception]) -> None:
+async def test_http_errors(
+    stream: bool, status: int, kind: str, error: type[ProviderError]
+) -> None:
     answer = json_answer(error_body(kind, f"server says {status}"), status=status)
     async with fake_server(answer) as server:
         exc = await failure(provider(server.url, stream=stream), REQUEST)
@@ -729,3 +733,11 @@ async def test_cancelled_while_waiting_for_the_next_event() -> None:
         with anyio.move_on_after(0.05) as scope:
             await collect(provider(server.url), REQUEST)
     assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1", "http://127.0.0.1:99999", "localhost:8080"])
+def test_unusable_base_url_is_refused_at_construction(url: str) -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        AnthropicProvider(MODEL, api_key="k", base_url=url)
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIProvider(MODEL, api_key="k", base_url=url)

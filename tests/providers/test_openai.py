@@ -21,6 +21,7 @@ from tether.providers import (
     Overloaded,
     PermissionDenied,
     Provider,
+    ProviderError,
     ProviderTimeout,
     RateLimited,
     ServerError,
@@ -593,7 +594,7 @@ def error_body(message: str, kind: str, code: str | None = None) -> dict[str, An
         (529, Overloaded),
     ],
 )
-async def test_http_errors(stream: bool, status: int, error: type[Exception]) -> None:
+async def test_http_errors(stream: bool, status: int, error: type[ProviderError]) -> None:
     answer = json_answer(error_body(f"server says {status}", "some_error"), status=status)
     async with fake_server(answer) as server:
         exc = await failure(provider(server.url, stream=stream), REQUEST)
