@@ -59,6 +59,7 @@ from tether.providers import (
 )
 
 from . import _events as ev
+from ._budget import Budget, Hit
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._judging import Candidate, Judgement
 from ._limits import Termination, UsageMeter
@@ -174,6 +175,16 @@ class Run:
         self._in_flight: dict[str, ToolUseBlock] = {}
         self._approvals: dict[str, Approval] = {}
         self._stop_requested = False
+        self._forced: Hit | None = None
+        limits = agent.limits
+        self._budgets = [
+            b
+            for b in (
+                Budget(max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd),
+                services.budget,
+            )
+            if b is not None and b.bounded
+        ]
         # The calls of the round being executed and their results so far.
         self._round_calls: Sequence[ToolUseBlock] = ()
         self._results: dict[str, ToolResultBlock] = {}
@@ -238,7 +249,12 @@ class Run:
         finally:
             if self.result is None:
                 # Cancelled while queued, or cancelled from outside the Runtime.
-                self._finish(Termination.CANCELLED, self._cancel_reason or "cancelled from outside")
+                if self._forced is not None:
+                    self._finish_forced(self._forced)
+                else:
+                    self._finish(
+                        Termination.CANCELLED, self._cancel_reason or "cancelled from outside"
+                    )
 
     async def _execute(self) -> None:
         limits = self.agent.limits
@@ -261,6 +277,9 @@ class Run:
             except Exception:
                 termination = Termination.CRASHED
                 self._error = traceback.format_exc()
+        if termination is None and self._forced is not None:
+            self._finish_forced(self._forced)
+            return
         if termination is None:
             if self._cancel_reason is not None:
                 termination = Termination.CANCELLED
@@ -304,6 +323,10 @@ class Run:
         for ref in (self._model, self._tool_actor, self._judge):
             if ref is not None:
                 ref.close()
+
+    def _finish_forced(self, hit: Hit) -> None:
+        self._emit(ev.CeilingHit, ceiling=hit.ceiling, limit=hit.limit, used=hit.used)
+        self._finish(hit.termination, f"the Runtime's budget was spent ({hit.ceiling})")
 
     def _finish(self, termination: Termination, error: str | None) -> None:
         # A run that ended mid-execution still answers every tool_use it got.
@@ -489,46 +512,74 @@ class Run:
         )
 
     def _clamp_max_tokens(self) -> int | None:
-        """The output cap that keeps the run inside its token and cost budgets."""
-        limits = self.agent.limits
+        """The output cap that keeps every budget (the run's, the Runtime's) whole.
+
+        Output is clamped to what the tightest budget has left, in tokens and in
+        cost at the model's output price; so a call can overshoot a ceiling only
+        by its own input.
+        """
         cap: int | None = None
-        if limits.max_total_tokens is not None:
-            cap = max(0, limits.max_total_tokens - self.meter.total_tokens)
         price = self.agent.provider.price()
-        if limits.max_cost_usd is not None and price is not None and price.output > 0:
-            left = max(0.0, limits.max_cost_usd - self.meter.cost_usd)
-            by_cost = int(left * 1_000_000 / price.output)
-            cap = by_cost if cap is None else min(cap, by_cost)
+        for budget in self._budgets:
+            left = budget.remaining_tokens()
+            if left is not None:
+                cap = left if cap is None else min(cap, left)
+            money = budget.remaining_cost()
+            if money is not None and price is not None and price.output > 0:
+                by_cost = int(money * 1_000_000 / price.output)
+                cap = by_cost if cap is None else min(cap, by_cost)
         default = getattr(self.agent.provider, "max_tokens", None)
         if cap is not None and isinstance(default, int):
             cap = min(cap, default)
         return cap
 
     def _check_budget(self) -> Termination | None:
-        """End the run when the budget is crossed or cannot afford a minimal call."""
+        """End the run when a ceiling is reached, or the budget cannot buy one output token."""
         limits, meter = self.agent.limits, self.meter
         if meter.steps >= limits.max_steps:
             self._emit(ev.CeilingHit, ceiling="max_steps", limit=limits.max_steps, used=meter.steps)
             return Termination.MAX_STEPS
-        if limits.max_total_tokens is not None and meter.total_tokens >= limits.max_total_tokens:
-            self._emit(
-                ev.CeilingHit,
-                ceiling="max_total_tokens",
-                limit=limits.max_total_tokens,
-                used=meter.total_tokens,
-            )
-            return Termination.TOKEN_CEILING
-        if limits.max_cost_usd is not None and not meter.unpriced:
-            cap = self._clamp_max_tokens()
-            if meter.cost_usd >= limits.max_cost_usd or cap == 0:
-                self._emit(
-                    ev.CeilingHit,
-                    ceiling="max_cost_usd",
-                    limit=limits.max_cost_usd,
-                    used=meter.cost_usd,
+        for budget in self._budgets:
+            hit = budget.exhausted()
+            if hit is None and budget.max_cost_usd is not None and self._clamp_max_tokens() == 0:
+                hit = Hit(
+                    f"{budget.name}max_cost_usd",
+                    budget.max_cost_usd,
+                    budget.cost_usd,
+                    Termination.COST_CEILING,
                 )
-                return Termination.COST_CEILING
+            if hit is not None:
+                return self._hit(hit, budget)
         return None
+
+    def _crossed(self) -> Termination | None:
+        """The ceiling a charge just pushed past, if any (checked as usage streams in)."""
+        for budget in self._budgets:
+            hit = budget.crossed()
+            if hit is not None:
+                return self._hit(hit, budget)
+        return None
+
+    def _hit(self, hit: Hit, budget: Budget) -> Termination:
+        self._emit(ev.CeilingHit, ceiling=hit.ceiling, limit=hit.limit, used=hit.used)
+        if budget is self._services.budget:
+            self._services.budget_crossed(self, hit)
+        return hit.termination
+
+    def force_end(self, hit: Hit) -> None:
+        """End the run now for a ceiling it does not own (the Runtime's budget)."""
+        if self.result is not None or self._forced is not None:
+            return
+        self._forced = hit
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _add(self, input_tokens: int, output_tokens: int, cost: float | None, shared: bool) -> None:
+        """Charge the run's usage and budgets; ``shared`` also charges the Runtime's."""
+        self.meter.charge(input_tokens, output_tokens, cost)
+        for budget in self._budgets:
+            if shared or budget is not self._services.budget:
+                budget.charge(input_tokens + output_tokens, cost)
 
     # ---------------------------------------------------------------- model
 
@@ -613,7 +664,7 @@ class Run:
                     cache_write_tokens=d_cw,
                 )
             )
-        self.meter.charge(d_in + d_cr + d_cw, d_out, cost)
+        self._add(d_in + d_cr + d_cw, d_out, cost, shared=True)
 
     def _charged(self, source: str, usage: TokenUsage, price: Any) -> None:
         """Record one attempt's charge as an event; the run's usage is the sum of these."""
@@ -632,26 +683,6 @@ class Run:
                 output_tokens=usage.output_tokens,
                 cost_usd=None if price is None else price.cost(usage),
             )
-
-    def _crossed(self) -> Termination | None:
-        limits, meter = self.agent.limits, self.meter
-        if limits.max_total_tokens is not None and meter.total_tokens > limits.max_total_tokens:
-            self._emit(
-                ev.CeilingHit,
-                ceiling="max_total_tokens",
-                limit=limits.max_total_tokens,
-                used=meter.total_tokens,
-            )
-            return Termination.TOKEN_CEILING
-        if limits.max_cost_usd is not None and meter.cost_usd > limits.max_cost_usd:
-            self._emit(
-                ev.CeilingHit,
-                ceiling="max_cost_usd",
-                limit=limits.max_cost_usd,
-                used=meter.cost_usd,
-            )
-            return Termination.COST_CEILING
-        return None
 
     def _continue_text(self, response: ModelResponse) -> _Decision:
         limits = self.agent.limits
@@ -879,12 +910,13 @@ class Run:
         assert isinstance(reply, JudgeDone)
         if reply.usage is not None:
             price = None if reply.cost_usd is None else _FixedCost(reply.cost_usd)
-            self.meter.charge(
+            self._add(
                 reply.usage.input_tokens
                 + reply.usage.cache_read_tokens
                 + reply.usage.cache_write_tokens,
                 reply.usage.output_tokens,
                 reply.cost_usd,
+                shared=True,
             )
             self._charged("judge", reply.usage, price)
         judgement = reply.judgement

@@ -15,16 +15,30 @@ import attrs
 from anyio.abc import TaskGroup
 
 from tether.actors import ProviderGate
-from tether.providers import Provider
+from tether.providers import Provider, TetherError
 from tether.providers._http import HttpPool
 
 from . import _events as ev
 from ._agent import Agent
-from ._limits import Termination
+from ._budget import Budget, Hit
+from ._limits import Limits, Termination
 from ._result import RunResult
 from ._run import EventStream, Run
 
 EventSink = Callable[[ev.Event], object]
+
+
+class BudgetExhausted(TetherError):
+    """The Runtime-wide budget is spent; no new run starts until it is raised or reset."""
+
+
+@attrs.frozen(kw_only=True)
+class BudgetStatus:
+    max_total_tokens: int | None
+    max_cost_usd: float | None
+    tokens: int
+    cost_usd: float
+    unpriced_charges: int
 
 
 class RuntimeClosed(RuntimeError):
@@ -109,6 +123,13 @@ class RuntimeServices:
         self._gates: dict[str, ProviderGate] = {}
         limit = runtime.max_concurrent_runs
         self._admission = anyio.CapacityLimiter(limit) if limit else None
+        self.budget = runtime._budget
+
+    def budget_crossed(self, origin: Run, hit: Hit) -> None:
+        """The Runtime's budget is spent: every other run in flight ends with its ceiling."""
+        for run in list(self._runtime._runs.values()):
+            if run is not origin:
+                run.force_end(hit)
 
     def admission(self) -> AbstractAsyncContextManager[Any]:
         return self._admission if self._admission is not None else _NO_LIMIT
@@ -159,6 +180,7 @@ class Runtime:
         tool_threads: int = 32,
         shutdown_grace_s: float = 10.0,
         event_sink: EventSink | None = None,
+        limits: Limits | None = None,
     ) -> None:
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
@@ -175,6 +197,15 @@ class Runtime:
         self.provider_concurrency = provider_concurrency
         self.tool_threads = tool_threads
         self.shutdown_grace_s = shutdown_grace_s
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"Runtime(limits=...) must be a tether.Limits, got {limits!r}")
+        self._budget: Budget | None = None
+        if limits is not None:
+            self._budget = Budget(
+                name="runtime.",
+                max_total_tokens=limits.max_total_tokens,
+                max_cost_usd=limits.max_cost_usd,
+            )
         self._sink = event_sink
         self._sink_failed = False
         self._tg: TaskGroup | None = None
@@ -232,7 +263,12 @@ class Runtime:
             raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
         if not isinstance(input, str):
             raise TypeError(f"a run's input must be a str, got {type(input).__name__}")
-        run_id = run_id or f"run-{self._prefix}-{next(self._ids)}"
+        if self._budget is not None and (hit := self._budget.exhausted()) is not None:
+            raise BudgetExhausted(
+                f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
+                "raise it or reset it with Runtime.reset_budget()"
+            )
+        run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
         run = Run(self._services, agent, input, run_id, parent_run_id)
@@ -251,6 +287,32 @@ class Runtime:
         finally:
             if not handle.done:
                 handle.cancel("the caller of Runtime.run() was cancelled")
+
+    def new_run_id(self) -> str:
+        return f"run-{self._prefix}-{next(self._ids)}"
+
+    @property
+    def budget(self) -> BudgetStatus | None:
+        """What the Runtime-wide budget (``Runtime(limits=...)``) has used, or ``None``."""
+        b = self._budget
+        if b is None:
+            return None
+        return BudgetStatus(
+            max_total_tokens=b.max_total_tokens,
+            max_cost_usd=b.max_cost_usd,
+            tokens=b.tokens,
+            cost_usd=b.cost_usd,
+            unpriced_charges=b.unpriced,
+        )
+
+    def reset_budget(self, limits: Limits | None = None) -> None:
+        """Zero the Runtime-wide budget's usage; with ``limits``, also set new ceilings."""
+        if self._budget is None:
+            raise ValueError("this Runtime has no budget: create it with Runtime(limits=...)")
+        self._budget.reset()
+        if limits is not None:
+            self._budget.max_total_tokens = limits.max_total_tokens
+            self._budget.max_cost_usd = limits.max_cost_usd
 
     @property
     def running(self) -> int:

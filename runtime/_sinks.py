@@ -32,8 +32,9 @@ class JsonlSink:
     collect several sessions (``mode="w"`` starts it afresh).
 
     Events must dump to JSON types: a field that is not (a tool argument the
-    model could never have sent, say) raises ``TypeError`` instead of being
-    written as some string, and the Runtime then reports the sink as failed.
+    model could never have sent, say, or a NaN, which strict JSON readers
+    such as ``jq`` refuse) raises ``TypeError`` instead of being written as
+    some string, and the Runtime then reports the sink as failed.
 
     Use it as a context manager, or call :meth:`close` when the Runtime is
     done::
@@ -70,7 +71,7 @@ class JsonlSink:
             raise RuntimeError(f"JsonlSink({self.path!r}) is closed")
         data = ev.dump(event)
         try:
-            line = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(
                 f"event {data.get('type')} seq={event.seq} of run {event.run_id!r} "

@@ -192,7 +192,7 @@ def test_run_exit_code_by_termination(
     assert cli.main(["run", f"{agents_file}:{name}", "question"]) == code
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
-    summaries = [ln for ln in lines if ln.endswith(f"→ {ending}") and not ln.startswith("·")]
+    summaries = [ln for ln in lines if ln == ending or ln.endswith(f" → {ending}")]
     assert len(summaries) == 1
     assert "cost: $" in captured.err
     if code:

@@ -20,7 +20,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TextIO
 
 import anyio
 import attrs
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiply the scripted latencies (10 to 50 ms a call); e.g. 20 to watch the live view",
     )
     demo.add_argument(
-        "--trace", metavar="FILE.jsonl", help="also record every event with JsonlSink"
+        "--trace", metavar="FILE.jsonl", help="record every event with JsonlSink (overwrites)"
     )
     demo.set_defaults(handler=_cmd_demo)
 
@@ -187,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", metavar="M")
     run.add_argument("--base-url", metavar="URL")
     run.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    run.add_argument("--trace", metavar="FILE.jsonl", help="also record every event")
+    run.add_argument(
+        "--trace", metavar="FILE.jsonl", help="record every event with JsonlSink (appends)"
+    )
     run.set_defaults(handler=_cmd_run)
 
     trace = commands.add_parser(
@@ -218,7 +220,12 @@ def _err(text: str) -> None:
 
 def _write(stream: TextIO, text: str, end: str = "\n") -> None:
     try:
-        stream.write(text + end)
+        try:
+            stream.write(text + end)
+        except UnicodeEncodeError:
+            # A console that cannot show the summary's arrows and check marks.
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            stream.write((text + end).encode(encoding, "replace").decode(encoding))
         stream.flush()
     except BrokenPipeError:
         # The reader went away ('tether demo | head'): drop the rest quietly.
@@ -392,7 +399,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--latency-scale must be >= 0, got {args.latency_scale}")
     agents = build(args.agents, seed=args.seed, latency_scale=args.latency_scale)
     console = _rich_console(args.plain)
-    sink = _open_sink(args.trace)
+    # The demo's run ids repeat from one demo to the next: start the file afresh.
+    sink = _open_sink(args.trace, "w")
     stats = DemoStats(total=len(agents))
     header = (
         f"tether demo: {len(agents)} agents on the scripted provider "
@@ -415,11 +423,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_sink(path: str | None) -> JsonlSink | None:
+def _open_sink(path: str | None, mode: Literal["a", "w"]) -> JsonlSink | None:
     if path is None:
         return None
     try:
-        return JsonlSink(path, mode="w")
+        return JsonlSink(path, mode=mode)
     except OSError as exc:
         raise UsageError(f"cannot write the trace file {path!r}: {exc.strerror or exc}") from exc
 
@@ -565,7 +573,8 @@ def _print_tally_rich(tally: Tally, args: argparse.Namespace, console: Console) 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     agent = _with_provider(load_agent(args.target), args)
-    sink = _open_sink(args.trace)
+    # Run ids are unique per Runtime: one file can collect many runs.
+    sink = _open_sink(args.trace, "a")
     try:
         result = anyio.run(_run, agent, args.input, sink, backend=args.backend)
     finally:

@@ -1,0 +1,77 @@
+"""Token and cost budgets: a run's own, and the Runtime's shared by all its runs."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._limits import Termination
+
+
+@attrs.frozen
+class Hit:
+    """A ceiling crossed (or reached): which one, its limit, what was used."""
+
+    ceiling: str
+    limit: float
+    used: float
+    termination: Termination
+
+
+@attrs.define(kw_only=True)
+class Budget:
+    """Token and cost ceilings with what has been charged against them.
+
+    ``max_total_tokens`` counts input plus output tokens. An unpriced charge
+    (cost ``None``) cannot be held against ``max_cost_usd``; it is counted
+    in ``unpriced`` so the owner can say the cost is unknown.
+    """
+
+    name: str = ""
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced: int = 0
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_total_tokens is not None or self.max_cost_usd is not None
+
+    def charge(self, tokens: int, cost_usd: float | None) -> None:
+        self.tokens += tokens
+        if cost_usd is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def remaining_tokens(self) -> int | None:
+        if self.max_total_tokens is None:
+            return None
+        return max(0, self.max_total_tokens - self.tokens)
+
+    def remaining_cost(self) -> float | None:
+        if self.max_cost_usd is None:
+            return None
+        return max(0.0, self.max_cost_usd - self.cost_usd)
+
+    def crossed(self) -> Hit | None:
+        """The ceiling now strictly exceeded, if any (checked as usage streams in)."""
+        return self._check(strict=True)
+
+    def exhausted(self) -> Hit | None:
+        """The ceiling reached or exceeded, if any (checked before sending a call)."""
+        return self._check(strict=False)
+
+    def _check(self, *, strict: bool) -> Hit | None:
+        limit = self.max_total_tokens
+        if limit is not None and (self.tokens > limit or (not strict and self.tokens >= limit)):
+            return Hit(
+                f"{self.name}max_total_tokens", limit, self.tokens, Termination.TOKEN_CEILING
+            )
+        cost = self.max_cost_usd
+        if cost is not None and (self.cost_usd > cost or (not strict and self.cost_usd >= cost)):
+            return Hit(f"{self.name}max_cost_usd", cost, self.cost_usd, Termination.COST_CEILING)
+        return None
+
+    def reset(self) -> None:
+        self.tokens, self.cost_usd, self.unpriced = 0, 0.0, 0
