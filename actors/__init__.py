@@ -23,9 +23,12 @@ from ._model import ModelFailed as ModelFailed
 from ._model import RetryScheduled as RetryScheduled
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor
+from ._tools import ToolContext as ToolContext
 from ._tools import ToolDone as ToolDone
 from ._tools import ToolInvocation as ToolInvocation
+from ._tools import ToolOutput as ToolOutput
 from ._tools import ToolSettings as ToolSettings
+from ._tools import current_tool_context as current_tool_context
 from ._tools import default_classifier as default_classifier
 from ._toolspec import ToolSpec as ToolSpec
 from ._toolspec import tool as tool

@@ -21,6 +21,7 @@ its late result discarded.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any, Literal
@@ -57,9 +58,54 @@ class ToolInvocation:
 
 
 @attrs.frozen(kw_only=True)
+class ToolContext:
+    """What a running tool may know about the run that called it.
+
+    Read it with :func:`current_tool_context` from inside a tool; sub-agent
+    tools use it to run a child run on the parent's remaining budget.
+    """
+
+    run_id: str
+    call_id: str = ""
+    #: The Runtime's shared services (opaque to tools; used by sub-agents).
+    services: Any = None
+    remaining_tokens: int | None = None
+    remaining_cost_usd: float | None = None
+
+
+_CONTEXT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+    "tether_tool_context", default=None
+)
+
+
+def current_tool_context() -> ToolContext | None:
+    """The context of the tool call running in this task, or ``None`` outside one."""
+    return _CONTEXT.get()
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutput:
+    """A tool result that carries more than its text.
+
+    A tool may return one to mark its result as an error the model should see
+    (``is_error``), or to charge the calling run for usage it caused
+    (a sub-agent's tokens and cost), with the child run's id for the trail.
+    """
+
+    content: str
+    is_error: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    child_run_id: str | None = None
+    child_termination: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RunTools:
     invocations: tuple[ToolInvocation, ...]
     reply: MemoryObjectSendStream[Any]
+    context: ToolContext | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -69,6 +115,8 @@ class ToolDone:
     outcome: Outcome
     content: str
     attempts: int
+    #: Set when the tool returned a :class:`ToolOutput`.
+    output: ToolOutput | None = None
 
     @property
     def is_error(self) -> bool:
@@ -112,14 +160,14 @@ class ToolActor:
             with anyio.CancelScope() as batch:
                 parallel = [i for i in request.invocations if not i.spec.sequential]
                 if len(parallel) == 1:
-                    await self._run_one(parallel[0], request.reply, batch, answered)
+                    await self._run_one(parallel[0], request, batch, answered)
                 elif parallel:
                     async with anyio.create_task_group() as tg:
                         for invocation in parallel:
-                            tg.start_soon(self._run_one, invocation, request.reply, batch, answered)
+                            tg.start_soon(self._run_one, invocation, request, batch, answered)
                 for invocation in request.invocations:
                     if invocation.spec.sequential:
-                        await self._run_one(invocation, request.reply, batch, answered)
+                        await self._run_one(invocation, request, batch, answered)
             if batch.cancel_called:
                 for invocation in request.invocations:
                     if invocation.call.id not in answered:
@@ -128,14 +176,21 @@ class ToolActor:
     async def _run_one(
         self,
         invocation: ToolInvocation,
-        reply: MemoryObjectSendStream[Any],
+        request: RunTools,
         batch: anyio.CancelScope,
         answered: set[str],
     ) -> None:
         async with self._limiter:
-            done = await self._execute(invocation)
+            context = request.context
+            token = _CONTEXT.set(
+                None if context is None else attrs.evolve(context, call_id=invocation.call.id)
+            )
+            try:
+                done = await self._execute(invocation)
+            finally:
+                _CONTEXT.reset(token)
         # The reply buffer holds one result per call: this never blocks.
-        reply.send_nowait(done)
+        request.reply.send_nowait(done)
         answered.add(done.call_id)
         if done.outcome == "fatal_error":
             batch.cancel()
@@ -170,6 +225,9 @@ class ToolActor:
                         return done("fatal_error", message, attempt)
                     failure = "transient_error"
                 else:
+                    if isinstance(value, ToolOutput):
+                        outcome: Outcome = "model_error" if value.is_error else "ok"
+                        return attrs.evolve(done(outcome, value.content, attempt), output=value)
                     try:
                         return done("ok", serialize_result(value), attempt)
                     except ToolResultUnserializable as exc:

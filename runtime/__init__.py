@@ -25,16 +25,20 @@ from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._result import RunResult as RunResult
 from ._run import RunView as RunView
+from ._runtime import BudgetExhausted as BudgetExhausted
 from ._runtime import RunHandle as RunHandle
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeClosed as RuntimeClosed
+from ._sinks import JsonlSink as JsonlSink
 
 __all__ = [
     "Agent",
+    "BudgetExhausted",
     "Candidate",
     "ContextStrategy",
     "Criterion",
     "InMemoryLessonStore",
+    "JsonlSink",
     "Judge",
     "Judgement",
     "KeepAll",
@@ -58,5 +62,3 @@ __all__ = [
     "Verdict",
     "events",
 ]
-
-from ._sinks import JsonlSink as JsonlSink

@@ -79,3 +79,13 @@ class Agent:
     @property
     def scope(self) -> str:
         return self.memory_scope or self.name
+
+    def as_tool(self, *, name: str | None = None, description: str | None = None) -> ToolSpec:
+        """This agent as a tool (``task: str``) that runs it as a child run of the caller.
+
+        The child draws on the caller's remaining token and cost budget, is
+        cancelled with it, and appears in its events (``ChildRunFinished``).
+        """
+        from ._subagent import agent_tool
+
+        return agent_tool(self, name=name, description=description)

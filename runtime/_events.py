@@ -100,7 +100,7 @@ class ProviderWait(Event):
 class UsageCharged(Event):
     """Usage charged to the run; the run's usage is the sum of these."""
 
-    source: Literal["model", "judge"]
+    source: Literal["model", "judge", "subagent"]
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
@@ -190,6 +190,15 @@ class ChildCrashed(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ChildRunFinished(Event):
+    """A sub-agent's run (``agent.as_tool()``) ended; its own events carry its run_id."""
+
+    call_id: str
+    child_run_id: str
+    termination: str
+
+
+@attrs.frozen(kw_only=True)
 class LessonStored(Event):
     lesson_id: str
 
@@ -226,6 +235,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CeilingHit,
         LessonStored,
         ChildCrashed,
+        ChildRunFinished,
         RunFinished,
     )
 }

@@ -19,7 +19,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,9 +40,11 @@ from tether.actors import (
     RetryScheduled,
     RunTools,
     ToolActor,
+    ToolContext,
     ToolDone,
     ToolError,
     ToolInvocation,
+    ToolOutput,
     ToolSpec,
     spawn_mailbox,
     supervise,
@@ -237,14 +239,21 @@ class Run:
 
     # --------------------------------------------------------------- lifecycle
 
-    async def main(self) -> None:
-        """The run's task: wait for admission, run, and always finish exactly once."""
+    async def main(self, *, admit: bool = True) -> None:
+        """The run's task: wait for admission, run, and always finish exactly once.
+
+        A sub-agent's run passes ``admit=False``: it runs inside its parent's
+        slot, so a full Runtime cannot deadlock a parent waiting on its child.
+        """
         try:
             with anyio.CancelScope() as queue_scope:
                 self._scope = queue_scope
                 if self._cancel_reason is not None:
                     queue_scope.cancel()
-                async with self._services.admission():
+                if admit:
+                    async with self._services.admission():
+                        await self._execute()
+                else:
                     await self._execute()
         finally:
             if self.result is None:
@@ -770,6 +779,9 @@ class Run:
                 runnable.append(ToolInvocation(call=call, spec=spec))
         done = await self._run_tools(runnable) if runnable else []
         self._close_round_calls()
+        crossed = self._crossed()
+        if crossed is not None:
+            return _Decision("complete", crossed.value, crossed)
         fatal = [d for d in done if d.outcome == "fatal_error"]
         if fatal:
             self._error = f"{fatal[0].name}: {fatal[0].content}"
@@ -842,13 +854,23 @@ class Run:
         self._in_flight.update(pending)
         done: list[ToolDone] = []
         with receive:
-            await self._tool_actor.send(RunTools(invocations=tuple(invocations), reply=send))
+            context = ToolContext(
+                run_id=self.id,
+                services=self._services,
+                remaining_tokens=_least(b.remaining_tokens() for b in self._budgets),
+                remaining_cost_usd=_least(b.remaining_cost() for b in self._budgets),
+            )
+            await self._tool_actor.send(
+                RunTools(invocations=tuple(invocations), reply=send, context=context)
+            )
             async for item in receive:
                 if isinstance(item, ActorFailed):
                     self._emit(ev.ChildCrashed, actor="tools", error=item.error.traceback)
                     break
                 call = pending.pop(item.call_id)
                 del self._in_flight[item.call_id]
+                if item.output is not None:
+                    self._charge_tool(call, item.output)
                 self._settle(call, item.outcome, item.content, item.attempts)
                 done.append(item)
         # Calls the actor never answered (it crashed): fail them, never replay them
@@ -862,6 +884,29 @@ class Run:
                 0,
             )
         return done
+
+    def _charge_tool(self, call: ToolUseBlock, output: ToolOutput) -> None:
+        """Charge what a tool reported spending (a sub-agent's usage) to this run.
+
+        A child run already charged the Runtime's budget itself, so only the
+        run's own budget is charged here.
+        """
+        if output.child_run_id is not None:
+            self._emit(
+                ev.ChildRunFinished,
+                call_id=call.id,
+                child_run_id=output.child_run_id,
+                termination=output.child_termination or "",
+            )
+        if output.input_tokens or output.output_tokens or output.cost_usd:
+            self._add(output.input_tokens, output.output_tokens, output.cost_usd, shared=False)
+            self._emit(
+                ev.UsageCharged,
+                source="subagent",
+                input_tokens=output.input_tokens,
+                output_tokens=output.output_tokens,
+                cost_usd=output.cost_usd,
+            )
 
     def _settle(self, call: ToolUseBlock, outcome: str, content: str, attempts: int) -> None:
         is_error = outcome != "ok"
@@ -1021,6 +1066,11 @@ class _FixedCost:
 
     def cost(self, usage: TokenUsage) -> float:
         return self.amount
+
+
+def _least(values: Iterable[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
 
 
 def _canonical(arguments: Any) -> str:

@@ -125,6 +125,9 @@ class RuntimeServices:
         self._admission = anyio.CapacityLimiter(limit) if limit else None
         self.budget = runtime._budget
 
+    def new_run_id(self) -> str:
+        return self._runtime.new_run_id()
+
     def budget_crossed(self, origin: Run, hit: Hit) -> None:
         """The Runtime's budget is spent: every other run in flight ends with its ceiling."""
         for run in list(self._runtime._runs.values()):

@@ -231,6 +231,7 @@ EXAMPLES: list[ev.Event] = [
     ev.Transition(**BASE, kind="retry", reason="judgement_failed"),
     ev.CeilingHit(**BASE, ceiling="max_steps", limit=3, used=3),
     ev.ChildCrashed(**BASE, actor="tools", error="Traceback ..."),
+    ev.ChildRunFinished(**BASE, call_id="t1", child_run_id="run-2", termination="answered"),
     ev.LessonStored(**BASE, lesson_id="l3"),
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"

@@ -1,6 +1,7 @@
 """tether: an async actor-model runtime for LLM agents, on asyncio and trio."""
 
 from tether import events as events
+from tether._sync import run_sync as run_sync
 from tether.actors import FatalToolError as FatalToolError
 from tether.actors import ToolError as ToolError
 from tether.actors import ToolSpec as ToolSpec
@@ -11,6 +12,7 @@ from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
 from tether.runtime import Criterion as Criterion
 from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
+from tether.runtime import JsonlSink as JsonlSink
 from tether.runtime import Judge as Judge
 from tether.runtime import Judgement as Judgement
 from tether.runtime import KeepAll as KeepAll
@@ -36,6 +38,7 @@ __all__ = [
     "Criterion",
     "FatalToolError",
     "InMemoryLessonStore",
+    "JsonlSink",
     "Judge",
     "Judgement",
     "KeepAll",
@@ -59,5 +62,6 @@ __all__ = [
     "Usage",
     "Verdict",
     "events",
+    "run_sync",
     "tool",
 ]

@@ -5,6 +5,7 @@ from tether.runtime._events import ApprovalAnswered as ApprovalAnswered
 from tether.runtime._events import ApprovalRequested as ApprovalRequested
 from tether.runtime._events import CeilingHit as CeilingHit
 from tether.runtime._events import ChildCrashed as ChildCrashed
+from tether.runtime._events import ChildRunFinished as ChildRunFinished
 from tether.runtime._events import Event as Event
 from tether.runtime._events import Judged as Judged
 from tether.runtime._events import LessonsRecalled as LessonsRecalled
