@@ -101,6 +101,9 @@ class ScriptedProvider:
     cost_per_mtok: Price | None = None
     backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.01, cap=0.1, jitter=False))
     record: bool = False
+    #: ``False`` plays the whole text whatever the request's ``max_tokens``, like
+    #: a server that ignores it: the tests use it to cross a ceiling mid-stream.
+    honor_max_tokens: bool = True
     name: str = "scripted"
     requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
 
@@ -149,7 +152,7 @@ class ScriptedProvider:
             StopReason.TOOL_USE if reply.tool_calls else StopReason.END_TURN
         )
         content: list[ContentBlock] = []
-        budget = request.max_tokens
+        budget = request.max_tokens if self.honor_max_tokens else None
         truncated = False
         if budget is not None and _tokens(text) > budget:
             text, truncated = text[: budget * CHARS_PER_TOKEN], True

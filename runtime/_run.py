@@ -599,61 +599,69 @@ class Run:
         meter.model_calls += 1
         meter.provider_attempts += 1
         self._emit(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
-        seen = TokenUsage()  # usage charged for the current attempt so far
+        # Usage of the current attempt charged so far (reports are cumulative). It
+        # is recorded as one UsageCharged per attempt, also when the call is cut
+        # short by a ceiling or a cancellation, so usage always equals the charges.
+        seen = TokenUsage()
         price = self.agent.provider.price()
-        with receive:
-            await self._model.send(
-                ModelCall(request=request, max_attempts=limits.max_provider_attempts, reply=send)
-            )
-            async for item in receive:
-                if isinstance(item, UsageDelta | ModelResponse):
-                    usage = item.usage
-                    self._charge(usage, seen, price)
-                    seen = usage
-                    if isinstance(item, ModelResponse):
+        try:
+            with receive:
+                await self._model.send(
+                    ModelCall(
+                        request=request, max_attempts=limits.max_provider_attempts, reply=send
+                    )
+                )
+                async for item in receive:
+                    if isinstance(item, UsageDelta | ModelResponse):
+                        self._charge(item.usage, seen, price)
+                        seen = item.usage
+                        if isinstance(item, ModelResponse):
+                            self._charged("model", seen, price)
+                            seen = TokenUsage()
+                            self._emit(
+                                ev.ModelCallFinished,
+                                stop_reason=item.stop_reason.value,
+                                usage=item.usage,
+                                text=item.text,
+                                tool_calls=item.tool_calls,
+                                raw_stop_reason=item.raw_stop_reason,
+                            )
+                            return item
+                        crossed = self._crossed()
+                        if crossed is not None:
+                            # Leaving `with receive` closes the reply: the stream is cut.
+                            return crossed
+                    elif isinstance(item, RetryScheduled):
                         self._charged("model", seen, price)
+                        seen = TokenUsage()
                         self._emit(
-                            ev.ModelCallFinished,
-                            stop_reason=item.stop_reason.value,
-                            usage=item.usage,
-                            text=item.text,
-                            tool_calls=item.tool_calls,
-                            raw_stop_reason=item.raw_stop_reason,
+                            ev.ProviderRetry,
+                            error_type=item.error_type,
+                            attempt=item.attempt,
+                            wait_s=item.wait_s,
+                            message=item.message,
                         )
-                        return item
-                    crossed = self._crossed()
-                    if crossed is not None:
-                        # Closing the reply stream (leaving `with receive`) cancels the stream.
-                        self._charged("model", seen, price)
-                        return crossed
-                elif isinstance(item, RetryScheduled):
-                    self._charged("model", seen, price)
-                    seen = TokenUsage()
-                    self._emit(
-                        ev.ProviderRetry,
-                        error_type=item.error_type,
-                        attempt=item.attempt,
-                        wait_s=item.wait_s,
-                        message=item.message,
-                    )
-                elif isinstance(item, AttemptStarted):
-                    meter.provider_attempts += 1
-                    self._emit(
-                        ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens
-                    )
-                elif isinstance(item, GateWaited):
-                    self._emit(ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused")
-                elif isinstance(item, ModelFailed):
-                    self._charged("model", seen, price)
-                    error = item.error
-                    self._error = f"{type(error).__name__}: {error}"
-                    return Termination.PROVIDER_FAILED
-                elif isinstance(item, ActorFailed):
-                    self._emit(ev.ChildCrashed, actor="model", error=item.error.traceback)
-                    self._error = item.error.traceback
-                    return Termination.CRASHED
-        self._error = "the model actor stopped without an answer"
-        return Termination.CRASHED
+                    elif isinstance(item, AttemptStarted):
+                        meter.provider_attempts += 1
+                        self._emit(
+                            ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens
+                        )
+                    elif isinstance(item, GateWaited):
+                        self._emit(
+                            ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused"
+                        )
+                    elif isinstance(item, ModelFailed):
+                        error = item.error
+                        self._error = f"{type(error).__name__}: {error}"
+                        return Termination.PROVIDER_FAILED
+                    elif isinstance(item, ActorFailed):
+                        self._emit(ev.ChildCrashed, actor="model", error=item.error.traceback)
+                        self._error = item.error.traceback
+                        return Termination.CRASHED
+            self._error = "the model actor stopped without an answer"
+            return Termination.CRASHED
+        finally:
+            self._charged("model", seen, price)
 
     def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Any) -> None:
         """Charge what ``usage`` adds to ``seen`` (usage reports are cumulative)."""

@@ -1,0 +1,525 @@
+"""OpenTelemetry traces of tether runs: an event sink that turns events into spans.
+
+Install the extra (``pip install 'tether[otel]'``) and pass the sink to the
+Runtime::
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from tether.otel import OtelSink
+
+    provider = TracerProvider()          # add your span processors / exporters
+    sink = OtelSink(provider, agents=[agent])
+    async with tether.Runtime(event_sink=sink) as rt:
+        await rt.run(agent, "question")
+
+Spans, with explicit start and end times taken from the events' ``at``:
+
+- ``invoke_agent {agent}`` — one per run, from ``RunStarted`` to ``RunFinished``.
+  Its parent is the span current where the run was started (``rt.start``), or,
+  for a sub-agent's run (``parent_run_id``), the parent run's open tool call.
+- ``tether.round`` — one per round (attribute ``tether.round``), a child of the
+  run, from the round's first event to the end of its ``decide`` stage.
+- ``chat {model}`` — one per model call, a child of the round, from
+  ``ModelCallStarted`` (attempt 1) to ``ModelCallFinished``. Provider retries
+  inside it are span events; a call that never answered ends with an error.
+- ``execute_tool {name}`` — one per tool call, a child of the round, from
+  ``ToolCallStarted`` to ``ToolCallFinished``; an ``is_error`` result is an error.
+
+Attributes follow the OpenTelemetry GenAI semantic conventions
+(``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
+``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.agent.name``,
+``gen_ai.usage.input_tokens`` / ``output_tokens``,
+``gen_ai.response.finish_reasons``, ``gen_ai.tool.name``,
+``gen_ai.tool.call.id``, ``error.type``) plus ``tether.*`` ones
+(``tether.run_id``, ``tether.termination``, ``tether.round``, ...). A run that
+does not end ``answered`` or ``terminal_tool`` gets an error status.
+
+The events do not name the provider or the model, so give the sink the agents
+(``agents=[...]``): it looks a run's agent up by name. Message content (the
+run's input and output, tool arguments and results) is recorded only with
+``capture_content=True``.
+
+The sink is synchronous and cheap, keeps state only for runs in flight (it is
+dropped at ``RunFinished``), and never raises into the runtime: a failure is
+logged once on the ``tether.otel`` logger.
+
+:func:`combine` fans one event stream out to several sinks, e.g.
+``Runtime(event_sink=combine(JsonlSink("runs.jsonl"), OtelSink()))``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+except ImportError as exc:  # pragma: no cover - exercised without the extra only
+    raise ImportError(
+        "tether.otel needs OpenTelemetry: install the extra with "
+        "pip install 'tether[otel]' (opentelemetry-api and opentelemetry-sdk)"
+    ) from exc
+
+from tether import events as ev
+from tether.runtime import Agent, Termination
+
+__all__ = ["EventSink", "OtelSink", "combine"]
+
+#: What ``Runtime(event_sink=...)`` takes: a callable of one event.
+EventSink = Callable[[ev.Event], object]
+
+_log = logging.getLogger("tether.otel")
+
+#: Longest status description kept (a crashed run's traceback is longer).
+_MAX_DESCRIPTION = 1000
+
+
+def _ns(at: float) -> int:
+    """Unix seconds (an event's ``at``) to the nanoseconds OpenTelemetry wants."""
+    return int(at * 1_000_000_000)
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@attrs.define
+class _RunSpans:
+    """The open spans of one run in flight."""
+
+    span: Span
+    provider: str | None
+    model: str | None
+    round_no: int = 0
+    round: Span | None = None
+    chat: Span | None = None
+    #: A chat span whose call ended without a response: (span, end time), ended
+    #: at the next Transition or at RunFinished, when the reason is known.
+    failed_chat: tuple[Span, float] | None = None
+    tools: dict[str, Span] = attrs.field(factory=dict)
+
+    def parent(self) -> Span:
+        return self.round if self.round is not None else self.span
+
+
+class OtelSink:
+    """An event sink that records runs as OpenTelemetry spans (see the module doc).
+
+    ``tracer_provider`` defaults to the global one
+    (``opentelemetry.trace.get_tracer_provider()``). ``agents`` are the agents
+    whose provider and model name the spans get (looked up by the agent's
+    name); runs of other agents get no model name. ``capture_content`` records
+    the run's input and output, tool arguments and tool results.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        *,
+        agents: Iterable[Agent] = (),
+        capture_content: bool = False,
+    ) -> None:
+        self._tracer: Tracer = trace.get_tracer(
+            "tether", tracer_provider=tracer_provider, schema_url=None
+        )
+        self._agents: dict[str, tuple[str | None, str | None]] = {}
+        for agent in agents:
+            self.add_agent(agent)
+        self.capture_content = capture_content
+        self._runs: dict[str, _RunSpans] = {}
+        self._failed = False
+
+    def add_agent(self, agent: Agent) -> None:
+        """Name ``agent``'s provider and model on the spans of its runs."""
+        provider = agent.provider
+        self._agents[agent.name] = (
+            getattr(provider, "name", None) or None,
+            getattr(provider, "model", None) or None,
+        )
+
+    @property
+    def open_runs(self) -> int:
+        """Runs whose spans are open (started, not yet finished)."""
+        return len(self._runs)
+
+    def __call__(self, event: ev.Event) -> None:
+        try:
+            self._handle(event)
+        except Exception:
+            if not self._failed:
+                self._failed = True
+                _log.exception(
+                    "tether.otel: could not record event %s of run %s (reported once)",
+                    type(event).__name__,
+                    event.run_id,
+                )
+            if isinstance(event, ev.RunFinished):
+                self._runs.pop(event.run_id, None)
+
+    # ----------------------------------------------------------------- events
+
+    def _handle(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RunStarted):
+            self._run_started(event)
+            return
+        if isinstance(event, ev.RunFinished):
+            self._run_finished(event)
+            return
+        run = self._runs.get(event.run_id)
+        if run is None:
+            return  # the sink was attached mid-run: nothing to hang the event on
+        if event.round > run.round_no:
+            self._open_round(run, event)
+        at = _ns(event.at)
+        if isinstance(event, ev.ModelCallStarted):
+            self._model_call_started(run, event)
+        elif isinstance(event, ev.ModelCallFinished):
+            self._model_call_finished(run, event)
+        elif isinstance(event, ev.ProviderRetry):
+            if run.chat is not None:
+                run.chat.add_event(
+                    "tether.provider_retry",
+                    {
+                        "error.type": event.error_type,
+                        "tether.attempt": event.attempt,
+                        "tether.wait_s": event.wait_s,
+                        "tether.message": event.message,
+                    },
+                    timestamp=at,
+                )
+        elif isinstance(event, ev.ProviderWait):
+            if run.chat is not None:
+                run.chat.add_event(
+                    "tether.provider_wait",
+                    {"tether.wait_s": event.wait_s, "tether.reason": event.reason},
+                    timestamp=at,
+                )
+        elif isinstance(event, ev.ToolCallStarted):
+            self._tool_started(run, event)
+        elif isinstance(event, ev.ToolCallFinished):
+            self._tool_finished(run, event)
+        elif isinstance(event, ev.StageExited):
+            if event.stage == "model" and run.chat is not None:
+                # The call ended without a response (provider failure, a ceiling
+                # crossed mid-stream, a crash): end it once the reason is known.
+                run.failed_chat, run.chat = (run.chat, event.at), None
+            elif event.stage == "decide" and run.round is not None:
+                run.round.end(end_time=at)
+                run.round = None
+        elif isinstance(event, ev.Transition):
+            self._end_failed_chat(run, None)
+            if run.round is not None:
+                run.round.set_attributes(
+                    {"tether.transition.kind": event.kind, "tether.transition.reason": event.reason}
+                )
+        elif isinstance(event, ev.Judged):
+            run.parent().add_event(
+                "tether.judged",
+                {
+                    "tether.judge.passed": event.passed,
+                    "tether.judge.min_score": min(event.scores.values(), default=0.0),
+                    **{f"tether.judge.score.{k}": float(v) for k, v in event.scores.items()},
+                },
+                timestamp=at,
+            )
+        elif isinstance(event, ev.PolicyChecked):
+            if event.verdict != "allow":
+                attributes: dict[str, str] = {
+                    "tether.policy.point": event.point,
+                    "tether.policy.verdict": event.verdict,
+                }
+                if event.reason:
+                    attributes["tether.policy.reason"] = event.reason
+                if event.call_id:
+                    attributes["gen_ai.tool.call.id"] = event.call_id
+                run.parent().add_event("tether.policy", attributes, timestamp=at)
+        elif isinstance(event, ev.CeilingHit):
+            run.span.add_event(
+                "tether.ceiling_hit",
+                {
+                    "tether.ceiling": event.ceiling,
+                    "tether.limit": float(event.limit),
+                    "tether.used": float(event.used),
+                },
+                timestamp=at,
+            )
+        elif isinstance(event, ev.ChildCrashed):
+            run.span.add_event(
+                "tether.child_crashed",
+                {"tether.actor": event.actor, "tether.error": event.error[-_MAX_DESCRIPTION:]},
+                timestamp=at,
+            )
+
+    def _run_started(self, event: ev.RunStarted) -> None:
+        provider, model = self._agents.get(event.agent, (None, None))
+        # Fields the runtime may add one day win over the agents given here.
+        provider = getattr(event, "provider", None) or provider
+        model = getattr(event, "model", None) or model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": event.agent,
+            "tether.run_id": event.run_id,
+        }
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+            attributes["gen_ai.system"] = provider
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if event.parent_run_id:
+            attributes["tether.parent_run_id"] = event.parent_run_id
+        if self.capture_content:
+            attributes["tether.input"] = event.input
+        parent_ctx = None
+        parent = self._runs.get(event.parent_run_id) if event.parent_run_id else None
+        if parent is not None:
+            # A sub-agent runs inside one of its parent's tool calls.
+            tools = list(parent.tools.values())
+            host = tools[-1] if tools else parent.parent()
+            parent_ctx = trace.set_span_in_context(host)
+        span = self._tracer.start_span(
+            f"invoke_agent {event.agent}",
+            context=parent_ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=_ns(event.at),
+        )
+        old = self._runs.pop(event.run_id, None)
+        if old is not None:  # a run id reused without its RunFinished: close the old spans
+            self._close_all(old, _ns(event.at), "a new run started with this run id")
+        self._runs[event.run_id] = _RunSpans(span=span, provider=provider, model=model)
+
+    def _open_round(self, run: _RunSpans, event: ev.Event) -> None:
+        at = _ns(event.at)
+        if run.round is not None:
+            run.round.end(end_time=at)
+        run.round_no = event.round
+        run.round = self._tracer.start_span(
+            "tether.round",
+            context=trace.set_span_in_context(run.span),
+            kind=SpanKind.INTERNAL,
+            attributes={"tether.round": event.round, "tether.run_id": event.run_id},
+            start_time=at,
+        )
+
+    def _model_call_started(self, run: _RunSpans, event: ev.ModelCallStarted) -> None:
+        if run.chat is not None:
+            # A provider retry: the logical call goes on in the same span.
+            run.chat.set_attribute("tether.provider_attempts", event.attempt)
+            return
+        self._end_failed_chat(run, None)
+        model = getattr(event, "model", None) or run.model
+        provider = getattr(event, "provider", None) or run.provider
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "tether.run_id": event.run_id,
+            "tether.round": event.round,
+            "tether.provider_attempts": event.attempt,
+        }
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+            attributes["gen_ai.system"] = provider
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if event.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = event.max_tokens
+        run.chat = self._tracer.start_span(
+            f"chat {model}" if model else "chat",
+            context=trace.set_span_in_context(run.parent()),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=_ns(event.at),
+        )
+
+    def _model_call_finished(self, run: _RunSpans, event: ev.ModelCallFinished) -> None:
+        span = run.chat
+        if span is None:
+            return
+        run.chat = None
+        usage = event.usage
+        reason = event.raw_stop_reason or event.stop_reason
+        attributes: dict[str, Any] = {
+            "gen_ai.usage.input_tokens": usage.input_tokens
+            + usage.cache_read_tokens
+            + usage.cache_write_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.response.finish_reasons": (reason,),
+            "tether.stop_reason": event.stop_reason,
+            "tether.tool_calls": len(event.tool_calls),
+        }
+        if usage.cache_read_tokens:
+            attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+        if usage.cache_write_tokens:
+            attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+        response_model = getattr(event, "model", None)
+        if response_model:
+            attributes["gen_ai.response.model"] = response_model
+        span.set_attributes(attributes)
+        span.end(end_time=_ns(event.at))
+
+    def _end_failed_chat(self, run: _RunSpans, finished: ev.RunFinished | None) -> None:
+        if run.failed_chat is None:
+            return
+        span, at = run.failed_chat
+        run.failed_chat = None
+        error_type = "_OTHER"
+        description = "the model call ended without a response"
+        if (
+            finished is not None
+            and finished.error
+            and finished.termination
+            in (
+                Termination.PROVIDER_FAILED,
+                Termination.CRASHED,
+            )
+        ):
+            description = finished.error
+            if finished.termination is Termination.PROVIDER_FAILED:
+                error_type = finished.error.split(":", 1)[0]
+        elif finished is not None:
+            error_type = finished.termination.value
+        _fail(span, error_type, description)
+        span.end(end_time=_ns(at))
+
+    def _tool_started(self, run: _RunSpans, event: ev.ToolCallStarted) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": event.name,
+            "gen_ai.tool.call.id": event.call_id,
+            "gen_ai.tool.type": "function",
+            "tether.run_id": event.run_id,
+            "tether.round": event.round,
+        }
+        if self.capture_content:
+            attributes["gen_ai.tool.call.arguments"] = _json(event.arguments)
+        old = run.tools.pop(event.call_id, None)
+        if old is not None:
+            old.end(end_time=_ns(event.at))
+        run.tools[event.call_id] = self._tracer.start_span(
+            f"execute_tool {event.name}",
+            context=trace.set_span_in_context(run.parent()),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=_ns(event.at),
+        )
+
+    def _tool_finished(self, run: _RunSpans, event: ev.ToolCallFinished) -> None:
+        span = run.tools.pop(event.call_id, None)
+        if span is None:
+            return
+        span.set_attributes(
+            {"tether.tool.outcome": event.outcome, "tether.tool.attempts": event.attempts}
+        )
+        if self.capture_content:
+            span.set_attribute("gen_ai.tool.call.result", event.content)
+        if event.is_error:
+            _fail(span, event.outcome, event.content)
+        span.end(end_time=_ns(event.at))
+
+    def _run_finished(self, event: ev.RunFinished) -> None:
+        at = _ns(event.at)
+        run = self._runs.pop(event.run_id, None)
+        if run is None:
+            # Cancelled while queued: the run never started, but it did end.
+            span = self._tracer.start_span(
+                "invoke_agent",
+                kind=SpanKind.INTERNAL,
+                attributes={"gen_ai.operation.name": "invoke_agent", "tether.run_id": event.run_id},
+                start_time=at,
+            )
+            run = _RunSpans(span=span, provider=None, model=None)
+        try:
+            self._end_failed_chat(run, event)
+            self._close_all(run, at, f"the run ended {event.termination.value}")
+        finally:
+            usage = event.usage
+            attributes: dict[str, Any] = {
+                "tether.termination": event.termination.value,
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "tether.usage.model_calls": usage.model_calls,
+                "tether.usage.provider_attempts": usage.provider_attempts,
+                "tether.usage.steps": usage.steps,
+                "tether.usage.tool_calls": usage.tool_calls,
+            }
+            if usage.cost_usd is not None:
+                attributes["tether.usage.cost_usd"] = usage.cost_usd
+            if self.capture_content and event.output is not None:
+                attributes["tether.output"] = event.output
+            run.span.set_attributes(attributes)
+            if not event.termination.ok:
+                _fail(run.span, event.termination.value, event.error or event.termination.value)
+            run.span.end(end_time=at)
+
+    def _close_all(self, run: _RunSpans, at: int, why: str) -> None:
+        """End a run's open child spans (a run that ended mid-round)."""
+        for span in run.tools.values():
+            _fail(span, "cancelled", why)
+            span.end(end_time=at)
+        run.tools.clear()
+        if run.chat is not None:
+            _fail(run.chat, "cancelled", why)
+            run.chat.end(end_time=at)
+            run.chat = None
+        if run.round is not None:
+            run.round.end(end_time=at)
+            run.round = None
+
+
+def _fail(span: Span, error_type: str, description: str) -> None:
+    if len(description) > _MAX_DESCRIPTION:
+        description = "…" + description[-_MAX_DESCRIPTION:]
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+# ---------------------------------------------------------------------------
+# Fan-out
+# ---------------------------------------------------------------------------
+
+
+class _Combined:
+    """Calls each sink in turn; a sink that raises is reported once and skipped."""
+
+    __slots__ = ("_failed", "sinks")
+
+    def __init__(self, sinks: Sequence[EventSink]) -> None:
+        self.sinks = tuple(sinks)
+        self._failed: set[int] = set()
+
+    def __call__(self, event: ev.Event) -> None:
+        for i, sink in enumerate(self.sinks):
+            if i in self._failed:
+                continue
+            try:
+                sink(event)
+            except Exception as exc:
+                self._failed.add(i)
+                warnings.warn(
+                    f"tether: event sink {sink!r} failed and will be skipped from now on: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def __repr__(self) -> str:
+        return f"combine({', '.join(repr(s) for s in self.sinks)})"
+
+
+def combine(*sinks: EventSink | None) -> EventSink:
+    """One sink that passes every event to each of ``sinks``, in order (``None``s skipped).
+
+    A sink that raises is reported once (a ``RuntimeWarning``) and skipped from
+    then on; the others go on receiving events.
+    """
+    kept = [s for s in sinks if s is not None]
+    for sink in kept:
+        if not callable(sink):
+            raise TypeError(f"combine() takes callables of one event, got {sink!r}")
+    return _Combined(kept)
