@@ -97,14 +97,12 @@ class ModelActor:
         while True:
             attempt += 1
             try:
-                waited = await self._gate.wait_open()
-                if waited:
-                    await reply.send(GateWaited(wait_s=waited))
                 await self._attempt(call)
                 return
             except TransientProviderError as exc:
                 if isinstance(exc, RateLimited) and exc.retry_after:
-                    self._gate.pause(exc.retry_after)
+                    # Everyone on this provider waits it out (capped like our own backoff).
+                    self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
                 if attempt >= call.max_attempts:
                     await reply.send(ModelFailed(error=exc, attempts=attempt))
                     return
@@ -132,6 +130,11 @@ class ModelActor:
         ctx = ProviderContext(run_id=self._run_id, call_index=self._calls, http=self._http)
         self._calls += 1
         async with self._gate.slot():
+            # Checked with the slot held: a run queued for the slot while another
+            # run got a 429 must still wait the pause out before sending.
+            waited = await self._gate.wait_open()
+            if waited:
+                await call.reply.send(GateWaited(wait_s=waited))
             stream = self._provider.stream(call.request, ctx)
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
                 async for item in stream:

@@ -102,7 +102,7 @@ class _RunSpans:
     round: Span | None = None
     chat: Span | None = None
     #: A chat span whose call ended without a response: (span, end time), ended
-    #: at the next Transition or at RunFinished, when the reason is known.
+    #: at RunFinished (or the next round), when the reason is known.
     failed_chat: tuple[Span, float] | None = None
     tools: dict[str, Span] = attrs.field(factory=dict)
 
@@ -215,7 +215,8 @@ class OtelSink:
                 run.round.end(end_time=at)
                 run.round = None
         elif isinstance(event, ev.Transition):
-            self._end_failed_chat(run, None)
+            if event.kind != "complete":
+                self._end_failed_chat(run, None)
             if run.round is not None:
                 run.round.set_attributes(
                     {"tether.transition.kind": event.kind, "tether.transition.reason": event.reason}

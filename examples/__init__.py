@@ -1,0 +1,1 @@
+"""Runnable examples of embedding tether in services (importable for the tests)."""
