@@ -1,4 +1,4 @@
-"""``tether.otel``: runs recorded as OpenTelemetry spans, checked with the SDK's in-memory exporter."""
+"""``tether.otel``: runs as OpenTelemetry spans, checked with the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
@@ -320,8 +320,10 @@ async def test_sub_agent_run_nests_under_the_tool_call(
     parent = tether.Agent(
         name="parent",
         provider=ScriptedProvider(
-            [Reply(tool_calls=[ToolCall(name="delegate", arguments={"question": "1+2"})]),
-             Reply(text="done")]
+            [
+                Reply(tool_calls=[ToolCall(name="delegate", arguments={"question": "1+2"})]),
+                Reply(text="done"),
+            ]
         ),
         tools=[delegate],
     )

@@ -1,0 +1,40 @@
+"""tether's benchmarks (issue 7): ``python -m benchmarks [--backend ...] [--quick] [--only ...]``.
+
+Every row pairs tether with a *bare loop* doing the identical work in the same
+invocation: one coroutine per run that, for ``R`` rounds, awaits the "model"
+(``anyio.sleep(L)``, skipped at ``L == 0`` exactly as ``ScriptedProvider``
+skips it), calls the async tool ``add(a, b)`` and checks the final text.
+
+The workload: in rounds ``1..R-1`` the ``ScriptedProvider`` asks for one call
+of ``add(a, b)``; in round ``R`` it answers with text. Every run is verified:
+termination ``answered``, the final text, exactly ``R-1`` tool executions
+(counted inside ``add``) with the right sums, a gap-free event trail ending in
+one ``RunFinished``. Cancelled runs (B4, B5) must end ``cancelled``, and no
+task may outlive its run. Verification failures make the exit status 1;
+timings are never asserted, and the targets' pass/miss marks are
+informational (they apply to the full sizes on asyncio; trio is reported
+beside them).
+
+- **B1** µs per round at L=0, R=10, one run at a time.
+- **B2** rounds/s with 1,000 runs at once, L=0, R=5.
+- **B3** wall time ÷ the ideal R·L for 5,000 and 20,000 runs at once at
+  L=50 ms, R=5, with peak RSS and RSS per run.
+- **B4** RSS per run with 10,000 and 100,000 runs parked in the model call
+  (a provider that sleeps for ever), then every one cancelled.
+- **B5** 1,000 parked runs cancelled from outside (``handle.cancel``): ms from
+  the first cancel until every run has its ``RunFinished``, and leaked tasks
+  (``anyio.get_running_tasks()`` before and after; must be 0).
+- **B6** rounds/s with one deliberately slow ``handle.events()`` reader
+  (it sleeps per event) against no reader.
+
+Memory: *peak RSS* is ``resource.getrusage(RUSAGE_SELF).ru_maxrss``; *RSS
+now* is read from ``/proc/self/statm`` (Linux). B3's "RSS per run" is (peak
+RSS − RSS now just before the runs start) ÷ runs; B4's is (RSS now with every
+run parked − RSS now before they started) ÷ runs. B3 and B4 run every side and
+size in a child process of its own (``python -m benchmarks._child``) so peaks
+never mix; B1, B2, B5 and B6 run in this process.
+
+Every Runtime here is created with ``provider_concurrency`` at least the number
+of runs: the default gate (64 requests in flight per provider) is meant for a
+real API and would otherwise be what B3 and B4 measure.
+"""
