@@ -27,12 +27,16 @@ beside them).
 - **B6** rounds/s with one deliberately slow ``handle.events()`` reader
   (it sleeps per event) against no reader.
 
-Memory: *peak RSS* is ``resource.getrusage(RUSAGE_SELF).ru_maxrss``; *RSS
-now* is read from ``/proc/self/statm`` (Linux). B3's "RSS per run" is (peak
-RSS − RSS now just before the runs start) ÷ runs; B4's is (RSS now with every
-run parked − RSS now before they started) ÷ runs. B3 and B4 run every side and
-size in a child process of its own (``python -m benchmarks._child``) so peaks
-never mix; B1, B2, B5 and B6 run in this process.
+Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
+from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)
+just before the runs start, so it is the peak of the runs alone (elsewhere
+than Linux, ``getrusage``'s ``ru_maxrss``; on Linux that one is unusable in a
+child, which inherits its parent's peak across ``vfork`` + ``exec``). B3's
+"RSS per run" is (peak RSS − RSS before the runs) ÷ runs; B4's is (RSS with
+every run parked − RSS before they started) ÷ runs. B3 and B4 run every side
+and size in a child process of its own (``python -m benchmarks._child``), so
+one job's memory never shows in another's; B1, B2, B5 and B6 run in this
+process.
 
 Every Runtime here is created with ``provider_concurrency`` at least the number
 of runs: the default gate (64 requests in flight per provider) is meant for a

@@ -8,6 +8,7 @@ The exit status is 1 when any run failed verification (never for a timing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -68,10 +69,8 @@ def _in_child(job: Job) -> Result:
 def _versions() -> str:
     parts = [f"Python {platform.python_version()}"]
     for dist in ("anyio", "trio", "attrs", "cattrs", "tether"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             parts.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            pass
     parts.append(f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs")
     return " · ".join(parts)
 
@@ -120,8 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "\nRatios are tether ÷ bare loop (µs, ms, KB: lower is better; rounds/s: higher is "
         "better, shown as a fraction). Targets are issue 7's, set on asyncio; the marks are "
-        "informational. Peak RSS: getrusage ru_maxrss; RSS now: /proc/self/statm; B3 and B4 "
-        "run each side and size in a fresh child process."
+        "informational. RSS now: /proc/self/statm; peak RSS: VmHWM in /proc/self/status, reset "
+        "through /proc/self/clear_refs just before the runs start; B3 and B4 run each side "
+        "and size in a fresh child process."
     )
     if failed:
         print("\n**verification FAILED**\n")

@@ -214,7 +214,8 @@ def bench_b1(plan: Plan, backend: str, run: Runner) -> list[Row]:
             f"µs per round · L=0, R={plan.b1_rounds} · one run at a time "
             f"({_n(plan.b1_runs)} runs, best of {plan.b1_repeats})",
             _fmt(tu, 1, " µs"),
-            _fmt(bu, 2, " µs"),
+            f"{_fmt(bu, 2, ' µs')} ({_fmt(_num(b.get('us_per_round_checkpoint')), 2, ' µs')} "
+            "with `await anyio.sleep(0)` as the model)",
             _times(ratio),
             "≤ 10× bare",
             _mark(plan, ratio <= 10 if math.isfinite(ratio) else False),
@@ -319,8 +320,7 @@ def bench_b4(plan: Plan, backend: str, run: Runner) -> list[Row]:
             Row(
                 "B4",
                 backend,
-                f"RSS per run parked in the model call · {_n(size)} runs "
-                "(then all cancelled)",
+                f"RSS per run parked in the model call · {_n(size)} runs (then all cancelled)",
                 f"{_fmt(tp, 1, ' KB')}/run ({_kb(_num(t.get('parked_rss_kb')))}); "
                 f"park {_fmt(_num(t.get('park_s')), 2, ' s')}, "
                 f"cancel {_fmt(_num(t.get('cancel_ms')), 0, ' ms')}",

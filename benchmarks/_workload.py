@@ -124,12 +124,18 @@ def bare_script(rounds: int) -> list[BareStep]:
     return steps
 
 
-async def bare_run(steps: Sequence[BareStep], latency_s: float) -> str | None:
-    """One run of the bare loop; returns a problem, or ``None`` when verified."""
+async def bare_run(
+    steps: Sequence[BareStep], latency_s: float, checkpoint: bool = False
+) -> str | None:
+    """One run of the bare loop; returns a problem, or ``None`` when verified.
+
+    With ``checkpoint``, the "model" awaits ``anyio.sleep(0)`` even at
+    ``latency_s == 0`` (a variant B1 reports beside the strict bare loop).
+    """
     text: str | None = None
     executions = 0
     for step in steps:
-        if latency_s:
+        if latency_s or checkpoint:
             await anyio.sleep(latency_s)
         if isinstance(step, str):
             text = step
@@ -222,8 +228,35 @@ def current_rss_kb() -> float | None:
     return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1024
 
 
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak RSS (``VmHWM``) to the RSS now; ``False`` where unsupported.
+
+    Writes ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+), so a later
+    :func:`peak_rss_kb` shows the peak of what ran after this call only.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def peak_rss_kb() -> float | None:
-    """The process's peak resident set size, from ``getrusage`` (``ru_maxrss``)."""
+    """The peak resident set size: ``VmHWM`` from ``/proc/self/status`` (Linux).
+
+    Elsewhere, ``getrusage``'s ``ru_maxrss``. Not ``ru_maxrss`` on Linux: it is
+    the larger of this image's peak and the peak of the image it replaced at
+    ``exec``, and ``subprocess`` starts children with ``vfork`` + ``exec``, so
+    a child's ``ru_maxrss`` would report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])  # kB
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:  # not on this platform

@@ -1,1 +1,1 @@
-"""Runnable examples of embedding tether in services (importable for the tests)."""
+"""Runnable examples of using tether (a package, so the tests can import and drive them)."""

@@ -182,6 +182,14 @@ class CeilingHit(Event):
 
 
 @attrs.frozen(kw_only=True)
+class MemoryFailed(Event):
+    """The lesson store failed; the run goes on without it."""
+
+    operation: Literal["recall", "store"]
+    error: str
+
+
+@attrs.frozen(kw_only=True)
 class ChildCrashed(Event):
     """A child actor crashed on a request; the request failed and was not replayed."""
 
@@ -234,6 +242,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Transition,
         CeilingHit,
         LessonStored,
+        MemoryFailed,
         ChildCrashed,
         ChildRunFinished,
         RunFinished,

@@ -478,7 +478,12 @@ class Run:
         store = self.agent.memory
         if store is None or not self.agent.recall_limit:
             return
-        lessons = await store.recall(self.agent.scope, self.agent.recall_limit)
+        try:
+            lessons = await store.recall(self.agent.scope, self.agent.recall_limit)
+        except Exception as exc:
+            # Lessons help a run; a broken store must not end it.
+            self._emit(ev.MemoryFailed, operation="recall", error=f"{type(exc).__name__}: {exc}")
+            return
         self._emit(ev.LessonsRecalled, lesson_ids=tuple(lesson.id for lesson in lessons))
         if lessons:
             notes = "\n\n".join(lesson.as_prompt() for lesson in lessons)
@@ -998,13 +1003,17 @@ class Run:
         if store is None:
             return
         feedback = judgement.feedback_text() or None
-        lesson = await store.add(
-            scope=self.agent.scope,
-            question=self.input,
-            feedback=feedback,
-            answer=None if feedback else self._candidate,
-            run_id=self.id,
-        )
+        try:
+            lesson = await store.add(
+                scope=self.agent.scope,
+                question=self.input,
+                feedback=feedback,
+                answer=None if feedback else self._candidate,
+                run_id=self.id,
+            )
+        except Exception as exc:
+            self._emit(ev.MemoryFailed, operation="store", error=f"{type(exc).__name__}: {exc}")
+            return
         self._emit(ev.LessonStored, lesson_id=lesson.id)
 
     # --------------------------------------------------------------- policy

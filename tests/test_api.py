@@ -233,6 +233,7 @@ EXAMPLES: list[ev.Event] = [
     ev.ChildCrashed(**BASE, actor="tools", error="Traceback ..."),
     ev.ChildRunFinished(**BASE, call_id="t1", child_run_id="run-2", termination="answered"),
     ev.LessonStored(**BASE, lesson_id="l3"),
+    ev.MemoryFailed(**BASE, operation="recall", error="LessonStoreError: locked"),
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"
     ),

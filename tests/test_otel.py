@@ -77,7 +77,7 @@ def parent_id(span: ReadableSpan) -> int | None:
 
 def span_id(span: ReadableSpan) -> int:
     assert span.context is not None
-    return span.context.span_id
+    return int(span.context.span_id)
 
 
 def attrs_of(span: ReadableSpan) -> dict[str, Any]:
@@ -116,7 +116,7 @@ async def test_one_run_with_a_tool(
 
     # Structure: run → round → model call / tool call, all in one trace.
     assert run.parent is None
-    assert {s.context.trace_id for s in spans if s.context} == {run.context.trace_id}  # type: ignore[union-attr]
+    assert {s.context.trace_id for s in spans if s.context} == {run.context.trace_id}
     assert [parent_id(r) for r in rounds] == [span_id(run)] * 2
     assert [attrs_of(r)["tether.round"] for r in rounds] == [1, 2]
     assert [parent_id(c) for c in chats] == [span_id(r) for r in rounds]

@@ -1,0 +1,73 @@
+"""The benchmarks' quick mode keeps working: every row is there and every run verified.
+
+No timing is asserted: the numbers of a quick run mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The rows each benchmark prints per backend in quick mode (B3 and B4: two sizes).
+EXPECTED_ROWS = {"B1": 1, "B2": 1, "B3": 4, "B4": 2, "B5": 1, "B6": 2}
+
+
+@pytest.mark.timeout(180)
+def test_quick_benchmarks_print_every_row_verified(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--backend", "asyncio", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| B")]
+    for bench, count in EXPECTED_ROWS.items():
+        rows = [line for line in table if line.startswith(f"| {bench} | asyncio |")]
+        assert len(rows) == count, f"{bench}: {rows}"
+    assert "verification: passed" in proc.stdout
+
+    report = json.loads(out.read_text())
+    assert report["ok"] is True
+    assert report["mode"] == "quick"
+    rows = report["rows"]
+    assert {r["bench"] for r in rows} == set(EXPECTED_ROWS)
+    assert len(rows) == sum(EXPECTED_ROWS.values())
+    for row in rows:
+        assert row["ok"], row
+        assert row["backend"] == "asyncio"
+        assert row["verified"].startswith("✓"), row
+        # Every row has both sides measured (no missing value on either).
+        for side in ("tether", "bare"):
+            assert row[side], row
+            assert not row[side].startswith("—"), row
+
+
+def test_only_rejects_an_unknown_benchmark() -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "B9"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "unknown benchmark" in proc.stderr
