@@ -56,7 +56,7 @@ async def test_a_lesson_from_run_one_helps_run_two(store: tether.LessonStore) ->
 
     (recalled,) = of(second.events, ev.LessonsRecalled)
     assert recalled.lesson_ids == (stored.lesson_id,)
-    run2_first_request = [r for c, r in provider.requests if c.run_id == second.run_id][0]
+    run2_first_request = next(r for c, r in provider.requests if c.run_id == second.run_id)
     assert FEEDBACK in run2_first_request.system
     assert "landed on the Moon" not in run2_first_request.system, "not the failed answer"
     assert second.termination is tether.Termination.ANSWERED
