@@ -43,22 +43,40 @@ class RunResult:
 
 
 def summarize(events: tuple[ev.Event, ...] | list[ev.Event]) -> str:
+    """The run's path: one step per model call, tool batch, judgement and ceiling.
+
+    A model call that did not finish (it failed, was cut at a ceiling or
+    cancelled) shows as ``Model(✗)``; provider retries inside it as ``retry×n``.
+    """
     parts: list[str] = []
-    tools = 0
-    retries = 0
+    stage: str | None = None
+    tools = retries = 0
+    answered = False
+    later: list[str] = []  # a ceiling hit inside a model call shows after the call
+
+    def model(ok: bool) -> str:
+        inside = [f"retry×{retries}"] if retries else []
+        if not ok:
+            inside.append("✗")
+        return f"Model({' '.join(inside)})" if inside else "Model"
+
     for event in events:
-        if tools and not isinstance(
-            event, ev.ToolCallStarted | ev.ToolCallFinished | ev.PolicyChecked
-        ):
-            parts.append(f"Tools({tools})")
-            tools = 0
-        if isinstance(event, ev.LessonsRecalled):
+        if isinstance(event, ev.StageEntered):
+            stage, tools, retries, answered = event.stage, 0, 0, False
+        elif isinstance(event, ev.StageExited):
+            if event.stage == "model":
+                parts.append(model(answered))
+                parts += later
+                later.clear()
+            elif event.stage == "execute" and tools:
+                parts.append(f"Tools({tools})")
+            stage = None
+        elif isinstance(event, ev.LessonsRecalled):
             parts.append(f"Memory({len(event.lesson_ids)})")
         elif isinstance(event, ev.ProviderRetry):
             retries += 1
         elif isinstance(event, ev.ModelCallFinished):
-            parts.append(f"Model(retry×{retries})" if retries else "Model")
-            retries = 0
+            answered = True
         elif isinstance(event, ev.ToolCallStarted):
             if event.name == "search_tools":
                 parts.append("ToolSearch")
@@ -70,9 +88,13 @@ def summarize(events: tuple[ev.Event, ...] | list[ev.Event]) -> str:
             score = f"{min(scores):.2f} " if scores else ""
             parts.append(f"Judge({score}{mark})")
         elif isinstance(event, ev.CeilingHit):
-            parts.append(f"Ceiling({event.ceiling})")
+            (later if stage == "model" else parts).append(f"Ceiling({event.ceiling})")
         elif isinstance(event, ev.RunFinished):
-            if retries:
-                parts.append(f"Model(retry×{retries})")
+            # A stage the run ended inside (a cancellation, a deadline) never exited.
+            if stage == "model":
+                parts.append(model(False))
+            parts += later
+            if stage == "execute" and tools:
+                parts.append(f"Tools({tools})")
             parts.append(event.termination.value)
     return " → ".join(parts)

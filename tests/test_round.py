@@ -481,3 +481,25 @@ async def test_summary_line_shows_the_path() -> None:
         result.summary()
         == "Model → Tools(1) → Model → Judge(0.20 ✗) → Model → Judge(1.00 ✓) → answered"
     )
+
+
+async def test_summary_marks_a_failed_model_call() -> None:
+    """A call that never answered shows as Model(✗), its retries counted."""
+    from tether.providers import InvalidRequest
+
+    a = agent([Fault(error=ServerError("x", status=500)), Fault(error=InvalidRequest("bad"))])
+    result = await run(a)
+    assert result.summary() == "Model(retry×1 ✗) → provider_failed"
+
+
+async def test_summary_puts_a_ceiling_after_the_cut_call() -> None:
+    """A stream cut at a ceiling shows the call, then the ceiling."""
+    a = tether.Agent(
+        name="cut",
+        provider=ScriptedProvider(
+            [Reply(text="word " * 100)], chunk_size=8, honor_max_tokens=False
+        ),
+        limits=tether.Limits(max_total_tokens=10),
+    )
+    result = await run(a)
+    assert result.summary() == "Model(✗) → Ceiling(max_total_tokens) → token_ceiling"
