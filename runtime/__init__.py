@@ -29,7 +29,9 @@ from ._runtime import BudgetExhausted as BudgetExhausted
 from ._runtime import RunHandle as RunHandle
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeClosed as RuntimeClosed
+from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
+from ._sinks import combine as combine
 
 __all__ = [
     "Agent",
@@ -37,6 +39,7 @@ __all__ = [
     "Candidate",
     "ContextStrategy",
     "Criterion",
+    "EventSink",
     "InMemoryLessonStore",
     "JsonlSink",
     "Judge",
@@ -60,5 +63,6 @@ __all__ = [
     "TruncateOldest",
     "Usage",
     "Verdict",
+    "combine",
     "events",
 ]

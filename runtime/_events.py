@@ -56,6 +56,9 @@ class RunStarted(Event):
     input: str
     #: The parent run, for a sub-agent's run.
     parent_run_id: str | None = None
+    #: The agent's provider (``anthropic``, ``openai``, ``scripted``) and model.
+    provider: str | None = None
+    model: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -113,6 +116,8 @@ class ModelCallFinished(Event):
     text: str
     tool_calls: tuple[ToolUseBlock, ...]
     raw_stop_reason: str | None = None
+    #: The model that answered, as the provider reported it.
+    model: str | None = None
 
 
 @attrs.frozen(kw_only=True)

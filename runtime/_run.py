@@ -55,6 +55,7 @@ from tether.providers import (
     ModelResponse,
     StopReason,
     TokenUsage,
+    ToolDef,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -163,6 +164,7 @@ class Run:
         self.result: RunResult | None = None
         self.finished = anyio.Event()
         self._services = services
+        self._sink = services.sink
         self._round = 0
         self._waiter: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
@@ -192,6 +194,7 @@ class Run:
         self._results: dict[str, ToolResultBlock] = {}
         self._tools: dict[str, ToolSpec] = {t.name: t for t in agent.tools}
         self._catalogue: dict[str, ToolSpec] = {}
+        self._tool_defs: tuple[ToolDef, ...] | None = None
         self._checks = [as_check(p) for p in agent.policies]
         self._system = agent.instructions
         self._model: ActorRef[Any] | None = None
@@ -208,7 +211,8 @@ class Run:
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
-        self._services.publish(event)
+        if self._sink is not None:
+            self._sink(event)
 
     def follow(self) -> EventStream:
         """Every event from the first, then live ones, until ``RunFinished``."""
@@ -268,7 +272,12 @@ class Run:
     async def _execute(self) -> None:
         limits = self.agent.limits
         self._emit(
-            ev.RunStarted, agent=self.agent.name, input=self.input, parent_run_id=self.parent_run_id
+            ev.RunStarted,
+            agent=self.agent.name,
+            input=self.input,
+            parent_run_id=self.parent_run_id,
+            provider=getattr(self.agent.provider, "name", None),
+            model=getattr(self.agent.provider, "model", None),
         )
         deadline = math.inf if limits.timeout_s is None else anyio.current_time() + limits.timeout_s
         termination: Termination | None = None
@@ -499,6 +508,7 @@ class Run:
         ):
             self._catalogue = {t.name: t for t in agent.tools}
             self._tools = {SEARCH_TOOL.name: SEARCH_TOOL}
+            self._tool_defs = None
 
     def _search_tools(self, call: ToolUseBlock) -> None:
         """Answer ``search_tools`` and promote what it found for later rounds."""
@@ -509,7 +519,9 @@ class Run:
             return
         found = search_catalogue(self._catalogue.values(), query)
         for spec in found:
-            self._tools.setdefault(spec.name, spec)
+            if spec.name not in self._tools:
+                self._tools[spec.name] = spec
+                self._tool_defs = None
         content = json.dumps(
             [{"name": t.name, "description": t.description} for t in found], ensure_ascii=False
         )
@@ -521,9 +533,15 @@ class Run:
         return ModelRequest(
             system=self._system,
             messages=tuple(self.messages),
-            tools=tuple(spec.definition() for spec in self._tools.values()),
+            tools=self._tool_definitions(),
             max_tokens=self._clamp_max_tokens(),
         )
+
+    def _tool_definitions(self) -> tuple[ToolDef, ...]:
+        # Built once per change of the active tools (discovery), not every round.
+        if self._tool_defs is None:
+            self._tool_defs = tuple(spec.definition() for spec in self._tools.values())
+        return self._tool_defs
 
     def _clamp_max_tokens(self) -> int | None:
         """The output cap that keeps every budget (the run's, the Runtime's) whole.
@@ -630,6 +648,7 @@ class Run:
                                 text=item.text,
                                 tool_calls=item.tool_calls,
                                 raw_stop_reason=item.raw_stop_reason,
+                                model=item.model,
                             )
                             return item
                         crossed = self._crossed()

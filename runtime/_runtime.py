@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import math
 import os
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
 
@@ -18,14 +16,12 @@ from tether.actors import ProviderGate
 from tether.providers import Provider, TetherError
 from tether.providers._http import HttpPool
 
-from . import _events as ev
 from ._agent import Agent
 from ._budget import Budget, Hit
-from ._limits import Limits, Termination
+from ._limits import Limits
 from ._result import RunResult
 from ._run import EventStream, Run
-
-EventSink = Callable[[ev.Event], object]
+from ._sinks import EventSink, combine
 
 
 class BudgetExhausted(TetherError):
@@ -124,6 +120,8 @@ class RuntimeServices:
         limit = runtime.max_concurrent_runs
         self._admission = anyio.CapacityLimiter(limit) if limit else None
         self.budget = runtime._budget
+        #: Where every run sends its events (guarded: see ``combine``), or ``None``.
+        self.sink = runtime._sink
 
     def new_run_id(self) -> str:
         return self._runtime.new_run_id()
@@ -143,9 +141,6 @@ class RuntimeServices:
         if gate is None:
             gate = self._gates[key] = ProviderGate(self._runtime.provider_concurrency)
         return gate
-
-    def publish(self, event: ev.Event) -> None:
-        self._runtime._publish(event)
 
     def run_finished(self, run: Run) -> None:
         self._runtime._runs.pop(run.id, None)
@@ -209,8 +204,10 @@ class Runtime:
                 max_total_tokens=limits.max_total_tokens,
                 max_cost_usd=limits.max_cost_usd,
             )
-        self._sink = event_sink
-        self._sink_failed = False
+        if event_sink is not None and not callable(event_sink):
+            raise TypeError(f"Runtime(event_sink=...) must be callable, got {event_sink!r}")
+        # Guarded: a sink that raises is reported once and dropped, never ending a run.
+        self._sink = None if event_sink is None else combine(event_sink)
         self._tg: TaskGroup | None = None
         self._services: RuntimeServices | None = None
         self._runs: dict[str, Run] = {}
@@ -321,23 +318,3 @@ class Runtime:
     def running(self) -> int:
         """Runs started and not yet finished (queued included)."""
         return len(self._runs)
-
-    def _publish(self, event: ev.Event) -> None:
-        if self._sink is None:
-            return
-        try:
-            self._sink(event)
-        except Exception as exc:
-            if not self._sink_failed:
-                self._sink_failed = True
-                import warnings
-
-                warnings.warn(
-                    f"tether: the event sink failed and will be skipped from now on: {exc!r}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            self._sink = None
-
-
-__all__ = ["RunHandle", "Runtime", "RuntimeClosed", "Termination", "math", "nullcontext"]

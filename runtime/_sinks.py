@@ -13,10 +13,54 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import IO, Literal
 
 from . import _events as ev
+
+EventSink = Callable[[ev.Event], object]
+
+
+class _Combined:
+    """Calls each sink in turn; a sink that raises is reported once and skipped."""
+
+    __slots__ = ("_failed", "sinks")
+
+    def __init__(self, sinks: Sequence[EventSink]) -> None:
+        self.sinks = tuple(sinks)
+        self._failed: set[int] = set()
+
+    def __call__(self, event: ev.Event) -> None:
+        for i, sink in enumerate(self.sinks):
+            if i in self._failed:
+                continue
+            try:
+                sink(event)
+            except Exception as exc:
+                self._failed.add(i)
+                warnings.warn(
+                    f"tether: event sink {sink!r} failed and will be skipped from now on: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def __repr__(self) -> str:
+        return f"combine({', '.join(repr(s) for s in self.sinks)})"
+
+
+def combine(*sinks: EventSink | None) -> EventSink:
+    """One sink that passes every event to each of ``sinks``, in order (``None``s skipped).
+
+    A sink that raises is reported once (a ``RuntimeWarning``) and skipped from
+    then on; the others go on receiving events.
+    """
+    kept = [s for s in sinks if s is not None]
+    for sink in kept:
+        if not callable(sink):
+            raise TypeError(f"combine() takes callables of one event, got {sink!r}")
+    return _Combined(kept)
 
 
 class JsonlSink:

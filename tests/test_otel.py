@@ -92,7 +92,7 @@ async def test_one_run_with_a_tool(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     agent = calc_agent()
-    sink = OtelSink(provider, agents=[agent])
+    sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         result = await rt.run(agent, "1 + 2?")
     assert result.termination is tether.Termination.ANSWERED
@@ -180,7 +180,7 @@ async def test_concurrent_runs_span_count_and_no_leak(
 ) -> None:
     n = 25
     agent = calc_agent(latency_s=0.005)
-    sink = OtelSink(provider, agents=[agent])
+    sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         handles = [rt.start(agent, f"q{i}") for i in range(n)]
         await anyio.sleep(0.001)
@@ -215,7 +215,7 @@ async def test_failures_are_errors(
         name="modelfail",
         provider=ScriptedProvider([Fault(error=InvalidRequest("bad request"))], model="m"),
     )
-    sink = OtelSink(provider, agents=[tool_fails, model_fails])
+    sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         first = await rt.run(tool_fails, "go")
         second = await rt.run(model_fails, "go")
@@ -245,7 +245,7 @@ async def test_cancelled_mid_call_closes_every_span(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     agent = calc_agent(latency_s=30)
-    sink = OtelSink(provider, agents=[agent])
+    sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         handle = rt.start(agent, "slow")
         async for event in handle.events():
@@ -266,9 +266,7 @@ async def test_cancelled_mid_call_closes_every_span(
 
 async def test_capture_content(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
     agent = calc_agent()
-    async with tether.Runtime(
-        event_sink=OtelSink(provider, agents=[agent], capture_content=True)
-    ) as rt:
+    async with tether.Runtime(event_sink=OtelSink(provider, capture_content=True)) as rt:
         await rt.run(agent, "1 + 2?")
     spans = exporter.get_finished_spans()
     (run,) = by_name(spans, "invoke_agent")
@@ -279,15 +277,16 @@ async def test_capture_content(provider: TracerProvider, exporter: InMemorySpanE
     assert attrs_of(tool)["gen_ai.tool.call.result"] == "3"
 
 
-async def test_without_agents_there_is_no_model_name(
+async def test_model_name_comes_from_the_events(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """Without agents given, the provider and model come from RunStarted."""
     async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
         await rt.run(calc_agent(), "1 + 2?")
     spans = exporter.get_finished_spans()
     assert len(by_name(spans, "chat")) == 2
-    assert {s.name for s in by_name(spans, "chat")} == {"chat"}
-    assert "gen_ai.request.model" not in attrs_of(by_name(spans, "chat")[0])
+    assert {s.name for s in by_name(spans, "chat")} == {"chat scripted-1"}
+    assert attrs_of(by_name(spans, "chat")[0])["gen_ai.request.model"] == "scripted-1"
 
 
 async def test_run_span_nests_under_the_current_span(

@@ -158,7 +158,7 @@ async def test_failing_sink_is_reported_once_and_never_kills_runs() -> None:
         calls.append(event)
         raise OSError("disk full")
 
-    with pytest.warns(RuntimeWarning, match="event sink failed") as record:
+    with pytest.warns(RuntimeWarning, match="event sink .* failed") as record:
         async with tether.Runtime(event_sink=broken) as rt:
             results = [await rt.run(_agent(), "q") for _ in range(3)]
     assert [r.termination for r in results] == [tether.Termination.ANSWERED] * 3

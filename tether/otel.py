@@ -7,7 +7,7 @@ Runtime::
     from tether.otel import OtelSink
 
     provider = TracerProvider()          # add your span processors / exporters
-    sink = OtelSink(provider, agents=[agent])
+    sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         await rt.run(agent, "question")
 
@@ -33,14 +33,15 @@ Attributes follow the OpenTelemetry GenAI semantic conventions
 (``tether.run_id``, ``tether.termination``, ``tether.round``, ...). A run that
 does not end ``answered`` or ``terminal_tool`` gets an error status.
 
-The events do not name the provider or the model, so give the sink the agents
-(``agents=[...]``): it looks a run's agent up by name. Message content (the
-run's input and output, tool arguments and results) is recorded only with
+The provider and model come from ``RunStarted``. Message content (the run's
+input and output, tool arguments and results) is recorded only with
 ``capture_content=True``.
 
 The sink is synchronous and cheap, keeps state only for runs in flight (it is
 dropped at ``RunFinished``), and never raises into the runtime: a failure is
-logged once on the ``tether.otel`` logger.
+logged once on the ``tether.otel`` logger. It runs inside the run's task, so
+export with a ``BatchSpanProcessor`` in production (``SimpleSpanProcessor``
+exports synchronously, as each span ends).
 
 :func:`combine` fans one event stream out to several sinks, e.g.
 ``Runtime(event_sink=combine(JsonlSink("runs.jsonl"), OtelSink()))``.
@@ -50,8 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
-from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
 from typing import Any
 
 import attrs
@@ -59,24 +59,31 @@ import attrs
 try:
     from opentelemetry import trace
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
-except ImportError as exc:  # pragma: no cover - exercised without the extra only
+except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check this
     raise ImportError(
         "tether.otel needs OpenTelemetry: install the extra with "
         "pip install 'tether[otel]' (opentelemetry-api and opentelemetry-sdk)"
     ) from exc
 
 from tether import events as ev
-from tether.runtime import Agent, Termination
+from tether.runtime import Termination
+from tether.runtime._sinks import EventSink, combine
 
 __all__ = ["EventSink", "OtelSink", "combine"]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
-EventSink = Callable[[ev.Event], object]
 
 _log = logging.getLogger("tether.otel")
 
 #: Longest status description kept (a crashed run's traceback is longer).
 _MAX_DESCRIPTION = 1000
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("tether")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _ns(at: float) -> int:
@@ -114,9 +121,7 @@ class OtelSink:
     """An event sink that records runs as OpenTelemetry spans (see the module doc).
 
     ``tracer_provider`` defaults to the global one
-    (``opentelemetry.trace.get_tracer_provider()``). ``agents`` are the agents
-    whose provider and model name the spans get (looked up by the agent's
-    name); runs of other agents get no model name. ``capture_content`` records
+    (``opentelemetry.trace.get_tracer_provider()``). ``capture_content`` records
     the run's input and output, tool arguments and tool results.
     """
 
@@ -124,26 +129,14 @@ class OtelSink:
         self,
         tracer_provider: TracerProvider | None = None,
         *,
-        agents: Iterable[Agent] = (),
         capture_content: bool = False,
     ) -> None:
         self._tracer: Tracer = trace.get_tracer(
-            "tether", tracer_provider=tracer_provider, schema_url=None
+            "tether", _version(), tracer_provider=tracer_provider
         )
-        self._agents: dict[str, tuple[str | None, str | None]] = {}
-        for agent in agents:
-            self.add_agent(agent)
         self.capture_content = capture_content
         self._runs: dict[str, _RunSpans] = {}
         self._failed = False
-
-    def add_agent(self, agent: Agent) -> None:
-        """Name ``agent``'s provider and model on the spans of its runs."""
-        provider = agent.provider
-        self._agents[agent.name] = (
-            getattr(provider, "name", None) or None,
-            getattr(provider, "model", None) or None,
-        )
 
     @property
     def open_runs(self) -> int:
@@ -260,10 +253,7 @@ class OtelSink:
             )
 
     def _run_started(self, event: ev.RunStarted) -> None:
-        provider, model = self._agents.get(event.agent, (None, None))
-        # Fields the runtime may add one day win over the agents given here.
-        provider = getattr(event, "provider", None) or provider
-        model = getattr(event, "model", None) or model
+        provider, model = event.provider, event.model
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": event.agent,
@@ -479,48 +469,3 @@ def _fail(span: Span, error_type: str, description: str) -> None:
         description = "…" + description[-_MAX_DESCRIPTION:]
     span.set_attribute("error.type", error_type)
     span.set_status(Status(StatusCode.ERROR, description))
-
-
-# ---------------------------------------------------------------------------
-# Fan-out
-# ---------------------------------------------------------------------------
-
-
-class _Combined:
-    """Calls each sink in turn; a sink that raises is reported once and skipped."""
-
-    __slots__ = ("_failed", "sinks")
-
-    def __init__(self, sinks: Sequence[EventSink]) -> None:
-        self.sinks = tuple(sinks)
-        self._failed: set[int] = set()
-
-    def __call__(self, event: ev.Event) -> None:
-        for i, sink in enumerate(self.sinks):
-            if i in self._failed:
-                continue
-            try:
-                sink(event)
-            except Exception as exc:
-                self._failed.add(i)
-                warnings.warn(
-                    f"tether: event sink {sink!r} failed and will be skipped from now on: {exc!r}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-
-    def __repr__(self) -> str:
-        return f"combine({', '.join(repr(s) for s in self.sinks)})"
-
-
-def combine(*sinks: EventSink | None) -> EventSink:
-    """One sink that passes every event to each of ``sinks``, in order (``None``s skipped).
-
-    A sink that raises is reported once (a ``RuntimeWarning``) and skipped from
-    then on; the others go on receiving events.
-    """
-    kept = [s for s in sinks if s is not None]
-    for sink in kept:
-        if not callable(sink):
-            raise TypeError(f"combine() takes callables of one event, got {sink!r}")
-    return _Combined(kept)
