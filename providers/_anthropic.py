@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 from httpx_sse import ServerSentEvent
 
+from ._base import HttpProvider
 from ._errors import (
     AuthenticationFailed,
     FatalProviderError,
@@ -48,7 +49,6 @@ from ._http import (
     HttpCall,
     JsonBody,
     Shape,
-    check_base_url,
     check_key,
     describe,
     drain,
@@ -56,17 +56,13 @@ from ._http import (
     parse_tool_arguments,
     post_json,
     post_sse,
-    resolve_key,
 )
-from ._prices import price_for
 from ._types import (
     ZERO_USAGE,
-    Backoff,
     ContentBlock,
     Message,
     ModelRequest,
     ModelResponse,
-    Price,
     ProviderContext,
     StopReason,
     StreamItem,
@@ -90,35 +86,16 @@ _FATAL_EVENT_ERRORS: dict[str, type[FatalProviderError]] = {
 
 
 @attrs.define(eq=False)
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """A :class:`~tether.providers.Provider` for the Anthropic Messages API."""
 
-    model: str
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    name = "anthropic"
+    api_key_env = API_KEY_ENV
+
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
-    max_tokens: int = attrs.field(default=4096, kw_only=True)
-    backoff: Backoff = attrs.field(factory=Backoff, kw_only=True)
-    streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
-    timeout_s: float | None = attrs.field(default=None, kw_only=True)
     anthropic_version: str = attrs.field(default="2023-06-01", kw_only=True)
 
-    name = "anthropic"
-
-    def __attrs_post_init__(self) -> None:
-        self.api_key = resolve_key(self.api_key, API_KEY_ENV)
-        self.base_url = check_base_url(self.base_url)
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
-
     # -- Provider protocol ------------------------------------------------
-
-    def price(self) -> Price | None:
-        return price_for(self.model)
-
-    def gate_key(self) -> str:
-        return f"anthropic:{self.base_url}"
 
     async def stream(
         self, request: ModelRequest, ctx: ProviderContext

@@ -251,7 +251,11 @@ class Provider(Protocol):
     It raises :class:`~tether.providers.ProviderError` subclasses only.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The provider's name in events (``anthropic``, ``openai``, ``scripted``)."""
+        ...
+
     model: str
     backoff: Backoff
 

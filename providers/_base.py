@@ -1,0 +1,49 @@
+"""What the HTTP providers share: their settings, key handling and the protocol's easy half."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from ._http import check_base_url, resolve_key
+from ._prices import price_for
+from ._types import Backoff, Price
+
+
+@attrs.define(eq=False)
+class HttpProvider:
+    """Settings common to :class:`AnthropicProvider` and :class:`OpenAIProvider`.
+
+    The key comes from ``api_key`` or the vendor's environment variable, read
+    at construction; it never appears in a repr, an event or an error.
+    ``stream=False`` asks for one JSON body instead of server-sent events.
+    ``timeout_s`` overrides every HTTP timeout of one request.
+    """
+
+    #: The provider's name in events and gate keys.
+    name: ClassVar[str]
+    #: The environment variable the key is read from.
+    api_key_env: ClassVar[str]
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str = attrs.field(default="", kw_only=True)
+    max_tokens: int = attrs.field(default=4096, kw_only=True)
+    backoff: Backoff = attrs.field(factory=Backoff, kw_only=True)
+    streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
+    timeout_s: float | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        self.api_key = resolve_key(self.api_key, self.api_key_env)
+        self.base_url = check_base_url(self.base_url)
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+
+    def price(self) -> Price | None:
+        return price_for(self.model)
+
+    def gate_key(self) -> str:
+        return f"{self.name}:{self.base_url}"
