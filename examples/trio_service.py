@@ -62,161 +62,48 @@ returns the bound URLs once the server listens).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
-import attrs
 import trio
 from hypercorn.config import Config
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 import tether
-from tether.providers import (
-    ModelRequest,
-    ProviderContext,
-    Reply,
-    ScriptedProvider,
-    ToolCall,
-    ToolResultBlock,
-)
 
-#: Runs whose handles the service keeps, by default (see ``RunRegistry``).
-MAX_RUNS = 1000
-#: Seconds without an event after which an SSE stream gets a keep-alive comment.
-HEARTBEAT_S = 15.0
-
-
-# --------------------------------------------------------------- the demo agent
-
-
-@tether.tool
-async def word_count(text: str) -> int:
-    """Count the words of a text."""
-    return len(text.split())
-
-
-def demo_script(request: ModelRequest, ctx: ProviderContext) -> Reply:
-    """A scripted model: first it calls ``word_count`` on the input, then it answers."""
-    last = request.messages[-1]
-    counts = [b.content for b in last.content if isinstance(b, ToolResultBlock)]
-    if not counts:
-        return Reply(
-            text="Let me count the words.",
-            tool_calls=[ToolCall(name="word_count", arguments={"text": last.text})],
-        )
-    return Reply(text=f"Your input has {counts[0]} words.")
-
-
-def demo_agent(name: str = "demo", latency_s: float = 0.05) -> tether.Agent:
-    """An offline agent: each model call takes ``latency_s``, so events arrive over time."""
-    return tether.Agent(
-        name=name,
-        instructions="Count the words of the user's input with the word_count tool.",
-        provider=ScriptedProvider(demo_script, latency_s=latency_s),
-        tools=[word_count],
+# Run as a script, examples/ is sys.path[0] and this file is no package module.
+if __package__:
+    from ._service import (
+        MAX_RUNS,
+        RunRegistry,
+        cancel_run,
+        default_agents,
+        demo_agent,
+        read_json,
+        run_events,
+        run_status,
+        start_run,
+    )
+else:
+    from _service import (
+        MAX_RUNS,
+        RunRegistry,
+        cancel_run,
+        default_agents,
+        demo_agent,
+        read_json,
+        run_events,
+        run_status,
+        start_run,
     )
 
-
-def default_agents() -> dict[str, tether.Agent]:
-    return {"demo": demo_agent(), "slow": demo_agent("slow", latency_s=5.0)}
-
-
-# ------------------------------------------------------------- runs and events
-
-
-class RunRegistry:
-    """The handles of the service's runs, by id, bounded at ``max_runs``.
-
-    Runs in flight are always kept. Starting a run past the bound drops the
-    oldest finished runs; when every kept run is in flight, :meth:`start`
-    returns ``None`` (the service answers 503).
-    """
-
-    def __init__(self, rt: tether.Runtime, max_runs: int = MAX_RUNS) -> None:
-        if max_runs < 1:
-            raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
-        self.rt = rt
-        self.max_runs = max_runs
-        self._handles: dict[str, tether.RunHandle] = {}  # oldest first
-
-    def __len__(self) -> int:
-        return len(self._handles)
-
-    def get(self, run_id: str) -> tether.RunHandle | None:
-        return self._handles.get(run_id)
-
-    def start(self, agent: tether.Agent, input: str) -> tether.RunHandle | None:
-        if len(self._handles) >= self.max_runs:
-            for run_id in [rid for rid, h in self._handles.items() if h.done]:
-                del self._handles[run_id]
-                if len(self._handles) < self.max_runs:
-                    break
-            else:
-                return None
-        handle = self.rt.start(agent, input)
-        self._handles[handle.run_id] = handle
-        return handle
-
-
-def sse_message(event: tether.events.Event) -> str:
-    """One Server-Sent Events message for ``event``."""
-    data = json.dumps(tether.events.dump(event), separators=(",", ":"), default=str)
-    return f"id: {event.seq}\nevent: {type(event).__name__}\ndata: {data}\n\n"
-
-
-class SSEStream:
-    """A run's events as SSE messages: replay from ``after + 1``, then live, until RunFinished.
-
-    An iterator object, not an async generator, so a client that goes away
-    (the server cancels the response) leaves no generator to finalize.
-    """
-
-    def __init__(
-        self,
-        events: AsyncIterator[tether.events.Event],
-        after: int = -1,
-        heartbeat_s: float = HEARTBEAT_S,
-    ) -> None:
-        self._events = events
-        self._after = after
-        self._heartbeat_s = heartbeat_s
-
-    def __aiter__(self) -> SSEStream:
-        return self
-
-    async def __anext__(self) -> str:
-        while True:
-            # Waiting for the next event can be cancelled without losing one.
-            with anyio.move_on_after(self._heartbeat_s):
-                event = await self._events.__anext__()
-                if event.seq > self._after:
-                    return sse_message(event)
-                continue
-            return ": keep-alive\n\n"
-
-
-def result_json(result: tether.RunResult) -> dict[str, Any]:
-    return {
-        "run_id": result.run_id,
-        "status": "finished",
-        "termination": result.termination.value,
-        "ok": result.ok,
-        "output": result.output,
-        "error": result.error,
-        "usage": attrs.asdict(result.usage),
-        "summary": result.summary(),
-    }
-
-
-# ------------------------------------------------------------------------ app
+__all__ = ["MAX_RUNS", "RunRegistry", "create_app", "demo_agent", "main", "make_config", "serve"]
 
 
 def create_app(
@@ -225,7 +112,11 @@ def create_app(
     max_runs: int = MAX_RUNS,
     shutdown_grace_s: float = 5.0,
 ) -> Starlette:
-    """The service, serving ``agents`` by name (default: ``demo`` and ``slow``)."""
+    """The service, serving ``agents`` by name (default: ``demo`` and ``slow``).
+
+    The routes answer through the functions of ``examples/_service.py``, which
+    the FastAPI example on asyncio shares.
+    """
     known = dict(agents) if agents is not None else default_agents()
 
     @asynccontextmanager
@@ -234,66 +125,25 @@ def create_app(
             # Lifespan state: every request sees it as request.state.runs.
             yield {"runs": RunRegistry(rt, max_runs)}
 
-    def lookup(request: Request) -> tether.RunHandle | Response:
-        run_id = request.path_params["run_id"]
-        handle: tether.RunHandle | None = request.state.runs.get(run_id)
-        if handle is None:
-            return JSONResponse({"detail": f"no run {run_id!r}"}, status_code=404)
-        return handle
-
-    async def start_run(request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or not isinstance(body.get("input"), str):
-            return JSONResponse({"detail": 'expected {"input": "..."}'}, status_code=422)
-        name = body.get("agent", "demo")
-        agent = known.get(name) if isinstance(name, str) else None
-        if agent is None:
-            return JSONResponse(
-                {"detail": f"unknown agent {name!r}; known: {sorted(known)}"}, status_code=422
-            )
-        handle = request.state.runs.start(agent, body["input"])
-        if handle is None:
-            return JSONResponse({"detail": "too many runs in flight"}, status_code=503)
-        return JSONResponse({"run_id": handle.run_id}, status_code=201)
+    async def post_run(request: Request) -> Response:
+        body = await read_json(request)
+        return start_run(request.state.runs, known, body.get("input"), body.get("agent", "demo"))
 
     async def get_run(request: Request) -> Response:
-        handle = lookup(request)
-        if isinstance(handle, Response):
-            return handle
-        if not handle.done:
-            return JSONResponse({"run_id": handle.run_id, "status": "running"})
-        return JSONResponse(result_json(await handle.result()))
+        return await run_status(request.state.runs, request.path_params["run_id"])
 
-    async def run_events(request: Request) -> Response:
-        handle = lookup(request)
-        if isinstance(handle, Response):
-            return handle
-        try:
-            after = int(request.headers.get("last-event-id", "-1"))
-        except ValueError:
-            after = -1
-        return StreamingResponse(
-            SSEStream(handle.events(), after),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+    async def get_run_events(request: Request) -> Response:
+        run_id, last_event_id = request.path_params["run_id"], request.headers.get("last-event-id")
+        return run_events(request.state.runs, run_id, last_event_id)
 
-    async def cancel_run(request: Request) -> Response:
-        handle = lookup(request)
-        if isinstance(handle, Response):
-            return handle
-        handle.cancel("cancelled by client")
-        status = "finished" if handle.done else "cancelling"
-        return JSONResponse({"run_id": handle.run_id, "status": status}, status_code=202)
+    async def delete_run(request: Request) -> Response:
+        return cancel_run(request.state.runs, request.path_params["run_id"])
 
     routes = [
-        Route("/runs", start_run, methods=["POST"]),
+        Route("/runs", post_run, methods=["POST"]),
         Route("/runs/{run_id}", get_run, methods=["GET"]),
-        Route("/runs/{run_id}", cancel_run, methods=["DELETE"]),
-        Route("/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/runs/{run_id}", delete_run, methods=["DELETE"]),
+        Route("/runs/{run_id}/events", get_run_events, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 
