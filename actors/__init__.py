@@ -3,6 +3,8 @@
 from ._base import ActorFailed as ActorFailed
 from ._base import ActorRef as ActorRef
 from ._base import RestartPolicy as RestartPolicy
+from ._base import receive as receive
+from ._base import send as send
 from ._base import spawn_mailbox as spawn_mailbox
 from ._base import supervise as supervise
 from ._errors import ActorCrashed as ActorCrashed

@@ -77,7 +77,7 @@ class ActorRef(Generic[R]):
 
     async def send(self, request: R) -> None:
         try:
-            await self._mailbox.send(request)
+            await send(self._mailbox, request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
             raise ActorCrashed(self.name, "the actor gave up after repeated crashes") from None
@@ -90,8 +90,29 @@ class ActorRef(Generic[R]):
         self._mailbox.close()
 
 
+T = TypeVar("T")
+
+
+# Fast paths for the hot loop: an operation that can complete at once does, with
+# no checkpoint; only one that would block awaits (and so checkpoints).
+async def send(stream: MemoryObjectSendStream[T], item: T) -> None:
+    """``stream.send(item)`` without a checkpoint when the buffer has room."""
+    try:
+        stream.send_nowait(item)
+    except anyio.WouldBlock:
+        await stream.send(item)
+
+
+async def receive(stream: MemoryObjectReceiveStream[T]) -> T:
+    """``stream.receive()`` without a checkpoint when an item is waiting."""
+    try:
+        return stream.receive_nowait()
+    except anyio.WouldBlock:
+        return await stream.receive()
+
+
 def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], MemoryObjectReceiveStream[Any]]:
-    send, receive = anyio.create_memory_object_stream[Any](size)
+    send, receive = anyio.create_memory_object_stream[Any](size)  # once per actor
     return ActorRef(name, send), receive
 
 
@@ -109,7 +130,11 @@ async def supervise(
     task_status.started()
     with mailbox:
         try:
-            async for request in mailbox:
+            while True:
+                try:
+                    request = await receive(mailbox)
+                except anyio.EndOfStream:
+                    return
                 try:
                     await actor.handle(request)
                 except Exception:

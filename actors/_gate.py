@@ -20,22 +20,27 @@ class ProviderGate:
     are in flight, and when one run is told to wait, every run waits it out.
     """
 
-    __slots__ = ("_limiter", "_paused_until")
+    __slots__ = ("_limit", "_paused_until", "_slots")
 
     def __init__(self, limit: int) -> None:
-        self._limiter = anyio.CapacityLimiter(limit)
+        self._limit = limit
+        self._slots = anyio.Semaphore(limit)
         self._paused_until = 0.0
 
-    def slot(self) -> anyio.CapacityLimiter:
-        return self._limiter
+    def slot(self) -> _Slot:
+        """``async with gate.slot():`` holds one of the gate's concurrency slots."""
+        return _Slot(self._slots)
 
     def pause(self, seconds: float) -> None:
         self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
 
     async def wait_open(self) -> float:
         """Wait while the gate is paused; return the seconds waited (0.0 when open)."""
+        if not self._paused_until:
+            return 0.0  # never paused: no clock read on the hot path
         start = anyio.current_time()
         if self._paused_until <= start:
+            self._paused_until = 0.0
             return 0.0
         # The pause may grow while we wait (another 429), so re-check after each sleep.
         while (left := self._paused_until - anyio.current_time()) > 0:  # noqa: ASYNC110
@@ -43,9 +48,27 @@ class ProviderGate:
         return anyio.current_time() - start
 
     def statistics(self) -> GateStatistics:
-        stats = self._limiter.statistics()
+        stats = self._slots.statistics()
         return GateStatistics(
-            in_flight=stats.borrowed_tokens,
+            in_flight=self._limit - self._slots.value,
             waiting=stats.tasks_waiting,
             paused_for_s=max(0.0, self._paused_until - anyio.current_time()),
         )
+
+
+class _Slot:
+    """Takes a semaphore slot, with no checkpoint when one is free at once."""
+
+    __slots__ = ("_semaphore",)
+
+    def __init__(self, semaphore: anyio.Semaphore) -> None:
+        self._semaphore = semaphore
+
+    async def __aenter__(self) -> None:
+        try:
+            self._semaphore.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._semaphore.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._semaphore.release()

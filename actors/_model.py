@@ -33,6 +33,7 @@ from tether.providers import (
     TransientProviderError,
 )
 
+from ._base import send
 from ._gate import ProviderGate
 
 
@@ -104,18 +105,19 @@ class ModelActor:
                     # Everyone on this provider waits it out (capped like our own backoff).
                     self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
                 if attempt >= call.max_attempts:
-                    await reply.send(ModelFailed(error=exc, attempts=attempt))
+                    await send(reply, ModelFailed(error=exc, attempts=attempt))
                     return
                 wait = self._provider.backoff.wait(attempt, exc.retry_after)
-                await reply.send(
+                await send(
+                    reply,
                     RetryScheduled(
                         error_type=exc.error_type, message=str(exc), attempt=attempt, wait_s=wait
-                    )
+                    ),
                 )
                 await anyio.sleep(wait)
-                await reply.send(AttemptStarted(attempt=attempt + 1))
+                await send(reply, AttemptStarted(attempt=attempt + 1))
             except ProviderError as exc:
-                await reply.send(ModelFailed(error=exc, attempts=attempt))
+                await send(reply, ModelFailed(error=exc, attempts=attempt))
                 return
             except anyio.BrokenResourceError:
                 raise
@@ -123,7 +125,7 @@ class ModelActor:
                 # User code (a provider's parser) failed: a message, never an unwind.
                 bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
                 bug.__cause__ = exc
-                await reply.send(ModelFailed(error=bug, attempts=attempt))
+                await send(reply, ModelFailed(error=bug, attempts=attempt))
                 return
 
     async def _attempt(self, call: ModelCall) -> None:
@@ -134,11 +136,11 @@ class ModelActor:
             # run got a 429 must still wait the pause out before sending.
             waited = await self._gate.wait_open()
             if waited:
-                await call.reply.send(GateWaited(wait_s=waited))
+                await send(call.reply, GateWaited(wait_s=waited))
             stream = self._provider.stream(call.request, ctx)
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
                 async for item in stream:
-                    await call.reply.send(item)
+                    await send(call.reply, item)
                     if isinstance(item, ModelResponse):
                         return
         raise MalformedResponse("the provider's stream ended without a response")

@@ -154,46 +154,52 @@ class ToolActor:
 
     async def handle(self, request: RunTools) -> None:
         with request.reply:
+            invocations = request.invocations
+            if len(invocations) == 1:
+                # The common case: one call, nothing to bound or to cancel beside it.
+                request.reply.send_nowait(await self._run_one(invocations[0], request.context))
+                return
             answered: set[str] = set()
             # A fatal error ends the run: the calls still running are cancelled
             # (and answered ``cancelled``) rather than waited for.
             with anyio.CancelScope() as batch:
-                parallel = [i for i in request.invocations if not i.spec.sequential]
-                if len(parallel) == 1:
-                    await self._run_one(parallel[0], request, batch, answered)
-                elif parallel:
+
+                async def run(invocation: ToolInvocation) -> None:
+                    async with self._limiter:
+                        done = await self._run_one(invocation, request.context)
+                    # The reply buffer holds one result per call: this never blocks.
+                    request.reply.send_nowait(done)
+                    answered.add(done.call_id)
+                    if done.outcome == "fatal_error":
+                        batch.cancel()
+
+                parallel = [i for i in invocations if not i.spec.sequential]
+                if parallel:
                     async with anyio.create_task_group() as tg:
                         for invocation in parallel:
-                            tg.start_soon(self._run_one, invocation, request, batch, answered)
-                for invocation in request.invocations:
+                            tg.start_soon(run, invocation)
+                for invocation in invocations:
                     if invocation.spec.sequential:
-                        await self._run_one(invocation, request, batch, answered)
+                        await run(invocation)
             if batch.cancel_called:
-                for invocation in request.invocations:
+                for invocation in invocations:
                     if invocation.call.id not in answered:
                         request.reply.send_nowait(_cancelled(invocation))
 
-    async def _run_one(
-        self,
-        invocation: ToolInvocation,
-        request: RunTools,
-        batch: anyio.CancelScope,
-        answered: set[str],
-    ) -> None:
-        async with self._limiter:
-            context = request.context
-            token = _CONTEXT.set(
-                None if context is None else attrs.evolve(context, call_id=invocation.call.id)
+    async def _run_one(self, invocation: ToolInvocation, context: ToolContext | None) -> ToolDone:
+        if context is not None:
+            context = ToolContext(
+                run_id=context.run_id,
+                call_id=invocation.call.id,
+                services=context.services,
+                remaining_tokens=context.remaining_tokens,
+                remaining_cost_usd=context.remaining_cost_usd,
             )
-            try:
-                done = await self._execute(invocation)
-            finally:
-                _CONTEXT.reset(token)
-        # The reply buffer holds one result per call: this never blocks.
-        request.reply.send_nowait(done)
-        answered.add(done.call_id)
-        if done.outcome == "fatal_error":
-            batch.cancel()
+        token = _CONTEXT.set(context)
+        try:
+            return await self._execute(invocation)
+        finally:
+            _CONTEXT.reset(token)
 
     async def _execute(self, invocation: ToolInvocation) -> ToolDone:
         call, spec = invocation.call, invocation.spec

@@ -9,7 +9,6 @@ Each run keeps its own position: many concurrent runs can share one provider.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -140,64 +139,63 @@ class ScriptedProvider:
                     )
                 )
             raise item.error
-        async with contextlib.aclosing(self._play(item, request, ctx, input_tokens)) as replies:  # type: ignore[type-var]
-            async for out in replies:
+        for n, chunk in enumerate(self._play(item, request, ctx, input_tokens)):
+            if n and self.chunk_latency_s:
+                await anyio.sleep(self.chunk_latency_s)
+            for out in chunk:
                 yield out
 
-    async def _play(
+    def _play(
         self, reply: Reply, request: ModelRequest, ctx: ProviderContext, input_tokens: int
-    ) -> AsyncIterator[StreamItem]:
+    ) -> list[list[StreamItem]]:
+        """The reply's items, grouped in the chunks that are streamed together.
+
+        Each text chunk comes with the usage so far; the response, last, carries
+        the call's whole usage.
+        """
         text = reply.text
         stop = reply.stop_reason or (
             StopReason.TOOL_USE if reply.tool_calls else StopReason.END_TURN
         )
-        content: list[ContentBlock] = []
         budget = request.max_tokens if self.honor_max_tokens else None
         truncated = False
         if budget is not None and _tokens(text) > budget:
             text, truncated = text[: budget * CHARS_PER_TOKEN], True
         out_tokens = _tokens(text)
+        chunks: list[list[StreamItem]] = []
         step = self.chunk_size or max(1, len(text))
         for start in range(0, len(text), step):
-            if start and self.chunk_latency_s:
-                await anyio.sleep(self.chunk_latency_s)
-            chunk = text[start : start + step]
-            yield TextDelta(text=chunk)
+            chunk: list[StreamItem] = [TextDelta(text=text[start : start + step])]
             if reply.usage is None:
-                yield UsageDelta(
-                    usage=TokenUsage(
-                        input_tokens=input_tokens, output_tokens=_tokens(text[: start + step])
-                    )
+                so_far = _tokens(text[: start + step])
+                chunk.append(
+                    UsageDelta(usage=TokenUsage(input_tokens=input_tokens, output_tokens=so_far))
                 )
-        if text:
-            content.append(TextBlock(text=text))
+            chunks.append(chunk)
+        content: list[ContentBlock] = [TextBlock(text=text)] if text else []
         for i, call in enumerate(reply.tool_calls):
+            call_id = call.id or f"call_{ctx.call_index}_{i}"
             size = _tokens(repr(call.arguments)) + 1
-            if budget is not None and out_tokens + size > budget and not truncated:
-                truncated = True
-            if truncated:
+            if truncated or (budget is not None and out_tokens + size > budget):
                 # The call was cut off: its arguments never finished arriving.
-                content.append(
-                    ToolUseBlock(
-                        id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input="{"
-                    )
-                )
+                truncated = True
+                content.append(ToolUseBlock(id=call_id, name=call.name, input="{"))
                 break
             out_tokens += size
-            content.append(
-                ToolUseBlock(
-                    id=call.id or f"call_{ctx.call_index}_{i}", name=call.name, input=call.arguments
-                )
-            )
+            content.append(ToolUseBlock(id=call_id, name=call.name, input=call.arguments))
         usage = reply.usage or TokenUsage(input_tokens=input_tokens, output_tokens=out_tokens)
-        yield UsageDelta(usage=usage)
-        yield ModelResponse(
+        response = ModelResponse(
             content=tuple(content),
             stop_reason=StopReason.MAX_TOKENS if truncated else stop,
             raw_stop_reason=reply.raw_stop_reason or ("max_tokens" if truncated else stop.value),
             usage=usage,
             model=self.model,
         )
+        if chunks:
+            chunks[-1].append(response)
+        else:
+            chunks.append([response])
+        return chunks
 
 
 def _tokens(text: str) -> int:

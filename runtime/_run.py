@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from tether.actors import (
     ActorCrashed,
@@ -48,6 +49,9 @@ from tether.actors import (
     ToolSpec,
     spawn_mailbox,
     supervise,
+)
+from tether.actors import (
+    receive as receive_fast,
 )
 from tether.providers import (
     Message,
@@ -618,7 +622,7 @@ class Run:
     async def _call_model(self, request: ModelRequest) -> ModelResponse | Termination:
         assert self._model is not None
         meter, limits = self.meter, self.agent.limits
-        send, receive = anyio.create_memory_object_stream[Any](16)
+        send, receive = _stream(16)
         meter.model_calls += 1
         meter.provider_attempts += 1
         self._emit(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
@@ -634,7 +638,11 @@ class Run:
                         request=request, max_attempts=limits.max_provider_attempts, reply=send
                     )
                 )
-                async for item in receive:
+                while True:
+                    try:
+                        item = await receive_fast(receive)
+                    except anyio.EndOfStream:
+                        break
                     if isinstance(item, UsageDelta | ModelResponse):
                         self._charge(item.usage, seen, price)
                         seen = item.usage
@@ -760,15 +768,16 @@ class Run:
         """
         limits, meter = self.agent.limits, self.meter
         previous = self._previous_calls
-        self._previous_calls = frozenset((c.name, _canonical(c.input)) for c in calls)
+        keys = [(c.name, _canonical(c.input)) for c in calls]
+        self._previous_calls = frozenset(keys)
         self._round_calls, self._results = calls, {}
         admitted: list[ToolUseBlock] = []
         asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = False
         for call in calls:
             self._emit(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
-        for call in calls:
-            if (call.name, _canonical(call.input)) in previous:
+        for call, key in zip(calls, keys, strict=True):
+            if key in previous:
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
             elif call.name not in self._tools:
                 known = ", ".join(sorted(self._tools)) or "none"
@@ -881,7 +890,7 @@ class Run:
 
     async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
         assert self._tool_actor is not None
-        send, receive = anyio.create_memory_object_stream[Any](len(invocations) + 1)
+        send, receive = _stream(len(invocations) + 1)
         pending = {i.call.id: i.call for i in invocations}
         self._in_flight.update(pending)
         done: list[ToolDone] = []
@@ -895,7 +904,11 @@ class Run:
             await self._tool_actor.send(
                 RunTools(invocations=tuple(invocations), reply=send, context=context)
             )
-            async for item in receive:
+            while True:
+                try:
+                    item = await receive_fast(receive)
+                except anyio.EndOfStream:
+                    break
                 if isinstance(item, ActorFailed):
                     self._emit(ev.ChildCrashed, actor="tools", error=item.error.traceback)
                     break
@@ -970,11 +983,11 @@ class Run:
         limits, meter = self.agent.limits, self.meter
         self._stage_in("judge")
         candidate = Candidate(text=self._candidate, question=self.input, round=self._round)
-        send, receive = anyio.create_memory_object_stream[Any](1)
+        send, receive = _stream(1)
         with receive:
             await self._judge.send(JudgeCandidate(candidate=candidate, reply=send))
             try:
-                reply = await receive.receive()
+                reply = await receive_fast(receive)
             except anyio.EndOfStream:
                 reply = ActorFailed(
                     ActorCrashed("judge", "the judge actor stopped without answering")
@@ -1102,6 +1115,11 @@ class _FixedCost:
 
     def cost(self, usage: TokenUsage) -> float:
         return self.amount
+
+
+def _stream(size: float) -> tuple[MemoryObjectSendStream[Any], MemoryObjectReceiveStream[Any]]:
+    """A reply stream (unsubscripted: a subscripted call goes through typing, slowly)."""
+    return anyio.create_memory_object_stream(size)
 
 
 def _least(values: Iterable[Any]) -> Any:
