@@ -80,7 +80,11 @@ class ModelActor:
     __slots__ = ("_calls", "_gate", "_http", "_provider", "_run_id")
 
     def __init__(
-        self, provider: Provider, run_id: str, gate: ProviderGate, http: HttpPoolLike | None
+        self,
+        provider: Provider,
+        run_id: str,
+        gate: ProviderGate | None,
+        http: HttpPoolLike | None,
     ) -> None:
         self._provider = provider
         self._run_id = run_id
@@ -101,7 +105,7 @@ class ModelActor:
                 await self._attempt(call)
                 return
             except TransientProviderError as exc:
-                if isinstance(exc, RateLimited) and exc.retry_after:
+                if self._gate is not None and isinstance(exc, RateLimited) and exc.retry_after:
                     # Everyone on this provider waits it out (capped like our own backoff).
                     self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
                 if attempt >= call.max_attempts:
@@ -131,16 +135,23 @@ class ModelActor:
     async def _attempt(self, call: ModelCall) -> None:
         ctx = ProviderContext(run_id=self._run_id, call_index=self._calls, http=self._http)
         self._calls += 1
-        async with self._gate.slot():
+        gate = self._gate
+        if gate is None:
+            await self._stream(call, ctx)
+            return
+        async with gate.slot():
             # Checked with the slot held: a run queued for the slot while another
             # run got a 429 must still wait the pause out before sending.
-            waited = await self._gate.wait_open()
+            waited = await gate.wait_open()
             if waited:
                 await send(call.reply, GateWaited(wait_s=waited))
-            stream = self._provider.stream(call.request, ctx)
-            async with contextlib.aclosing(stream):  # type: ignore[type-var]
-                async for item in stream:
-                    await send(call.reply, item)
-                    if isinstance(item, ModelResponse):
-                        return
+            await self._stream(call, ctx)
+
+    async def _stream(self, call: ModelCall, ctx: ProviderContext) -> None:
+        stream = self._provider.stream(call.request, ctx)
+        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+            async for item in stream:
+                await send(call.reply, item)
+                if isinstance(item, ModelResponse):
+                    return
         raise MalformedResponse("the provider's stream ended without a response")

@@ -149,7 +149,8 @@ class ToolActor:
     ) -> None:
         self._settings = settings
         self._max_retries = max_retries
-        self._limiter = anyio.CapacityLimiter(settings.max_parallel)
+        # Made on the first round with several calls: most rounds have one.
+        self._limiter: anyio.Semaphore | None = None
         self._threads = threads
 
     async def handle(self, request: RunTools) -> None:
@@ -160,12 +161,15 @@ class ToolActor:
                 request.reply.send_nowait(await self._run_one(invocations[0], request.context))
                 return
             answered: set[str] = set()
+            if self._limiter is None:
+                self._limiter = anyio.Semaphore(self._settings.max_parallel)
+            limiter = self._limiter
             # A fatal error ends the run: the calls still running are cancelled
             # (and answered ``cancelled``) rather than waited for.
             with anyio.CancelScope() as batch:
 
                 async def run(invocation: ToolInvocation) -> None:
-                    async with self._limiter:
+                    async with limiter:
                         done = await self._run_one(invocation, request.context)
                     # The reply buffer holds one result per call: this never blocks.
                     request.reply.send_nowait(done)

@@ -109,8 +109,9 @@ class ScriptedProvider:
     def price(self) -> Price | None:
         return self.cost_per_mtok
 
-    def gate_key(self) -> str:
-        return f"scripted:{id(self)}"
+    def gate_key(self) -> str | None:
+        # Offline: there is no API to protect, so no gate (and no cap on concurrency).
+        return None
 
     def item_for(self, request: ModelRequest, ctx: ProviderContext) -> ScriptItem:
         if callable(self.script):

@@ -265,6 +265,7 @@ class Provider(Protocol):
         """The model's price, or ``None`` when the price table does not know it."""
         ...
 
-    def gate_key(self) -> str:
-        """Runs whose providers share a key share one gate (concurrency and 429 pauses)."""
+    def gate_key(self) -> str | None:
+        """Runs whose providers share a key share one gate (concurrency and 429 pauses);
+        ``None``: no gate (a provider with no remote API to protect)."""
         ...

@@ -135,8 +135,10 @@ class RuntimeServices:
     def admission(self) -> AbstractAsyncContextManager[Any]:
         return self._admission if self._admission is not None else _NO_LIMIT
 
-    def gate_for(self, provider: Provider) -> ProviderGate:
+    def gate_for(self, provider: Provider) -> ProviderGate | None:
         key = provider.gate_key()
+        if key is None:
+            return None
         gate = self._gates.get(key)
         if gate is None:
             gate = self._gates[key] = ProviderGate(self._runtime.provider_concurrency)
