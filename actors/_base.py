@@ -99,8 +99,11 @@ async def send(stream: MemoryObjectSendStream[T], item: T) -> None:
     """``stream.send(item)`` without a checkpoint when the buffer has room."""
     try:
         stream.send_nowait(item)
+        return
     except anyio.WouldBlock:
-        await stream.send(item)
+        pass
+    # Awaited outside the except block, so the exception is not kept alive while we wait.
+    await stream.send(item)
 
 
 async def receive(stream: MemoryObjectReceiveStream[T]) -> T:
@@ -108,7 +111,8 @@ async def receive(stream: MemoryObjectReceiveStream[T]) -> T:
     try:
         return stream.receive_nowait()
     except anyio.WouldBlock:
-        return await stream.receive()
+        pass
+    return await stream.receive()
 
 
 def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], MemoryObjectReceiveStream[Any]]:
@@ -125,7 +129,7 @@ async def supervise(
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``factory()``'s actor on ``mailbox``, restarting it on crashes within ``policy``."""
-    crashes: deque[float] = deque()
+    crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
     task_status.started()
     with mailbox:
@@ -140,6 +144,8 @@ async def supervise(
                 except Exception:
                     fail(request, ActorCrashed(name, traceback.format_exc()))
                     now = anyio.current_time()
+                    if crashes is None:
+                        crashes = deque()
                     while crashes and now - crashes[0] > policy.period_s:
                         crashes.popleft()
                     if len(crashes) >= policy.max_restarts:

@@ -2,8 +2,11 @@
 
 Every row pairs tether with a *bare loop* doing the identical work in the same
 invocation: one coroutine per run that, for ``R`` rounds, awaits the "model"
-(``anyio.sleep(L)``, skipped at ``L == 0`` exactly as ``ScriptedProvider``
-skips it), calls the async tool ``add(a, b)`` and checks the final text.
+(``anyio.sleep(L)``; at ``L == 0`` that is one checkpoint per round, so bare
+runs started together really interleave, as tether's do), calls the async
+tool ``add(a, b)`` and checks the final text. No channels, no events. B1 also
+shows the bare loop without that checkpoint. (``ScriptedProvider`` itself
+does not sleep at all when ``L == 0``.)
 
 The workload: in rounds ``1..R-1`` the ``ScriptedProvider`` asks for one call
 of ``add(a, b)``; in round ``R`` it answers with text. Every run is verified:
@@ -37,6 +40,9 @@ every run parked − RSS before they started) ÷ runs. B3 and B4 run every side
 and size in a child process of its own (``python -m benchmarks._child``), so
 one job's memory never shows in another's; B1, B2, B5 and B6 run in this
 process.
+
+``python -m benchmarks._profile [B1|B2] [--backend ...]`` runs B1's or B2's
+workload under cProfile and prints the functions in µs per round.
 
 Every Runtime here is created with ``provider_concurrency`` at least the number
 of runs: the default gate (64 requests in flight per provider) is meant for a

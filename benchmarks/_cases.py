@@ -130,26 +130,26 @@ async def b1_tether(job: Job) -> Result:
 
 
 async def b1_bare(job: Job) -> Result:
-    """The strict bare loop, then the variant whose "model" always checkpoints."""
+    """The bare loop, then its variant that skips the model's ``sleep(0)``."""
     out = Outcome()
     steps = w.bare_script(job.rounds)
     with anyio.move_on_after(job.timeout_s) as scope:
-        for checkpoint in (False, True):
+        for await_model in (True, False):
             best = math.inf
             for _ in range(WARMUP_RUNS):
-                await w.bare_run(steps, job.latency_s, checkpoint)
+                await w.bare_run(steps, job.latency_s, await_model)
             for _ in range(job.repeats):
                 w.TALLY.executions = 0
                 problems: list[str | None] = []
                 gc.collect()
                 start = time.perf_counter()
                 for _ in range(job.n):
-                    problems.append(await w.bare_run(steps, job.latency_s, checkpoint))
+                    problems.append(await w.bare_run(steps, job.latency_s, await_model))
                 best = min(best, time.perf_counter() - start)
                 out.bare(problems, job.rounds)
-            key = "us_per_round_checkpoint" if checkpoint else "us_per_round"
+            key = "us_per_round" if await_model else "us_per_round_no_await"
             out.metrics[key] = best / (job.n * job.rounds) * 1e6
-            if not checkpoint:
+            if await_model:
                 out.timed(best)
     return out.done(scope, job)
 
@@ -340,42 +340,60 @@ class _Reader:
             await anyio.sleep(delay_s)
 
 
+async def _reader_batch(rt: tether.Runtime, agent: tether.Agent, job: Job, out: Outcome) -> float:
+    """One batch of ``n`` runs at once, with one slow reader following the first."""
+    w.TALLY.executions = 0
+    reader = _Reader()
+    gc.collect()
+    async with anyio.create_task_group() as tg:
+        start = time.perf_counter()
+        handles = [rt.start(agent, w.QUESTION) for _ in range(job.n)]
+        tg.start_soon(reader.follow, handles[0], job.reader_delay_s)
+        first = await handles[0].result()
+        # How far behind the reader is when its run has finished.
+        behind = len(first.events) - len(reader.seqs)
+        results = [first, *[await handle.result() for handle in handles[1:]]]
+        elapsed = time.perf_counter() - start
+    out.metrics["reader_behind_events"] = max(out.metrics.get("reader_behind_events", 0), behind)
+    out.answered(results, job.rounds)
+    if reader.seqs != list(range(len(first.events))):
+        out.problems.add(
+            f"the slow reader saw {len(reader.seqs)} events out of order or missing, "
+            f"of {len(first.events)}"
+        )
+    return elapsed
+
+
+async def _plain_batch(rt: tether.Runtime, agent: tether.Agent, job: Job, out: Outcome) -> float:
+    w.TALLY.executions = 0
+    gc.collect()
+    start = time.perf_counter()
+    results = await _tether_batch(rt, agent, job.n)
+    elapsed = time.perf_counter() - start
+    out.answered(results, job.rounds)
+    return elapsed
+
+
 async def reader_tether(job: Job) -> Result:
-    """``n`` runs at once, with no reader and with one slow reader, alternately."""
+    """``n`` runs at once, with no reader and with one slow reader, alternately.
+
+    The order alternates between repeats, and each batch's runs are gone
+    before the next starts, so neither variant runs beside more live objects.
+    """
     out = Outcome()
     agent = w.agent(job.rounds, job.latency_s)
     best = {"none": math.inf, "reader": math.inf}
-    behind = 0
+    variants = {"none": _plain_batch, "reader": _reader_batch}
     with anyio.move_on_after(job.timeout_s) as scope:
         async with _runtime(job.n) as rt:
             await _tether_batch(rt, agent, WARMUP_RUNS)
-            for _ in range(job.repeats):
-                for variant in ("none", "reader"):
-                    w.TALLY.executions = 0
-                    reader = _Reader()
-                    gc.collect()
-                    async with anyio.create_task_group() as tg:
-                        start = time.perf_counter()
-                        handles = [rt.start(agent, w.QUESTION) for _ in range(job.n)]
-                        if variant == "reader":
-                            tg.start_soon(reader.follow, handles[0], job.reader_delay_s)
-                        first = await handles[0].result()
-                        if variant == "reader":
-                            # How far behind the reader is when its run has finished.
-                            behind = max(behind, len(first.events) - len(reader.seqs))
-                        results = [first, *[await handle.result() for handle in handles[1:]]]
-                        elapsed = time.perf_counter() - start
-                    best[variant] = min(best[variant], elapsed)
-                    out.answered(results, job.rounds)
-                    if variant == "reader" and reader.seqs != list(range(len(results[0].events))):
-                        out.problems.add(
-                            f"the slow reader saw {len(reader.seqs)} events out of order or "
-                            f"missing, of {len(results[0].events)}"
-                        )
+            for i in range(job.repeats):
+                for name in ("none", "reader") if i % 2 == 0 else ("reader", "none"):
+                    elapsed = await variants[name](rt, agent, job, out)
+                    best[name] = min(best[name], elapsed)
     out.timed(best["reader"])
     out.metrics["rounds_per_s"] = job.n * job.rounds / best["none"]
     out.metrics["reader_rounds_per_s"] = job.n * job.rounds / best["reader"]
-    out.metrics["reader_behind_events"] = behind
     return out.done(scope, job)
 
 

@@ -2,12 +2,12 @@
 
 The workload (issue 7): ``R`` rounds. In rounds ``1..R-1`` the model asks for
 one call of the async tool ``add(a, b)`` with ``a = b = round``; in round ``R``
-it answers :data:`FINAL_TEXT`. The model awaits ``anyio.sleep(L)`` per call,
-and not at all when ``L == 0`` (``ScriptedProvider`` skips a zero latency; the
-bare loop mirrors that).
+it answers :data:`FINAL_TEXT`. The model awaits ``anyio.sleep(L)`` per call;
+``ScriptedProvider`` skips a zero latency entirely.
 
 The bare loop does the identical work with nothing around it: one coroutine
-per run that, for each round, awaits the "model" (``anyio.sleep(L)``), calls
+per run that, for each round, awaits the "model" (``anyio.sleep(L)``, also at
+``L == 0``: one checkpoint, so concurrent bare runs really interleave), calls
 the same ``add`` coroutine function, and checks the final text. No channels,
 no events, no child tasks.
 """
@@ -125,17 +125,18 @@ def bare_script(rounds: int) -> list[BareStep]:
 
 
 async def bare_run(
-    steps: Sequence[BareStep], latency_s: float, checkpoint: bool = False
+    steps: Sequence[BareStep], latency_s: float, await_model: bool = True
 ) -> str | None:
     """One run of the bare loop; returns a problem, or ``None`` when verified.
 
-    With ``checkpoint``, the "model" awaits ``anyio.sleep(0)`` even at
-    ``latency_s == 0`` (a variant B1 reports beside the strict bare loop).
+    The "model" is ``await anyio.sleep(latency_s)``, awaited at ``L == 0`` too
+    (one checkpoint per round, as any loop that lets other runs proceed has);
+    without ``await_model`` it is skipped at ``L == 0`` (B1 reports both).
     """
     text: str | None = None
     executions = 0
     for step in steps:
-        if latency_s or checkpoint:
+        if latency_s or await_model:
             await anyio.sleep(latency_s)
         if isinstance(step, str):
             text = step

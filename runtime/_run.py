@@ -204,13 +204,16 @@ class Run:
         self._model: ActorRef[Any] | None = None
         self._tool_actor: ActorRef[Any] | None = None
         self._judge: ActorRef[Any] | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
 
     # ------------------------------------------------------------------ events
 
     def _emit(self, cls: type[ev.Event], **fields: Any) -> None:
-        event = cls(
-            run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), **fields
+        self._push(
+            cls(run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), **fields)
         )
+
+    def _push(self, event: ev.Event) -> None:
         self.events.append(event)
         if self._waiter is not None:
             self._waiter.set()
@@ -317,26 +320,37 @@ class Run:
         self._finish(termination, self._error)
 
     def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
-        # start_soon, not start: there is no await between making a mailbox and
-        # handing it to its task, so a cancellation cannot strand a stream. The
-        # mailboxes buffer, so the Run may send before a child first runs.
+        # The model actor starts with the run; the tool and judge actors on first
+        # use (many runs never call a tool or are never judged: a parked run costs
+        # one child task, not three). start_soon, not start: there is no await
+        # between making a mailbox and handing it to its task, so a cancellation
+        # cannot strand a stream; the mailbox buffers, so the Run may send at once.
+        self._tg = tg
         agent, services = self.agent, self._services
         gate, http = services.gate_for(agent.provider), services.http
+        self._model = self._spawn("model", lambda: ModelActor(agent.provider, self.id, gate, http))
 
-        def spawn(name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
-            ref, box = spawn_mailbox(name, 1)
-            tg.start_soon(supervise, name, factory, box, agent.restart, name=f"{self.id}:{name}")
-            return ref
+    def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
+        assert self._tg is not None
+        ref, box = spawn_mailbox(name, 1)
+        self._tg.start_soon(
+            supervise, name, factory, box, self.agent.restart, name=f"{self.id}:{name}"
+        )
+        return ref
 
-        self._model = spawn("model", lambda: ModelActor(agent.provider, self.id, gate, http))
-        if agent.tools or agent.discovery == "first":
-            settings, retries = agent.tool_settings, agent.limits.max_tool_retries
-            self._tool_actor = spawn(
-                "tools", lambda: ToolActor(settings, retries, services.threads)
-            )
-        if agent.judge is not None:
-            judge = agent.judge
-            self._judge = spawn("judge", lambda: JudgeActor(judge, self.id))
+    def _tools_actor(self) -> ActorRef[Any]:
+        if self._tool_actor is None:
+            settings, retries = self.agent.tool_settings, self.agent.limits.max_tool_retries
+            threads = self._services.threads
+            self._tool_actor = self._spawn("tools", lambda: ToolActor(settings, retries, threads))
+        return self._tool_actor
+
+    def _judge_actor(self) -> ActorRef[Any]:
+        if self._judge is None:
+            judge = self.agent.judge
+            assert judge is not None
+            self._judge = self._spawn("judge", lambda: JudgeActor(judge, self.id))
+        return self._judge
 
     def _stop_children(self) -> None:
         # Closing a mailbox ends its actor's loop once it is idle; the Run waits
@@ -466,7 +480,7 @@ class Run:
             self._candidate = self._partial + response.text
             self._partial = ""
             self.messages.append(Message(role="assistant", content=response.content))
-            if self._judge is None:
+            if self.agent.judge is None:
                 return _Decision("complete", "answered", Termination.ANSWERED)
             return await self._judge_candidate()
         if stop is StopReason.PAUSE_TURN:
@@ -889,7 +903,7 @@ class Run:
         approval.answered.set()
 
     async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
-        assert self._tool_actor is not None
+        actor = self._tools_actor()
         send, receive = _stream(len(invocations) + 1)
         pending = {i.call.id: i.call for i in invocations}
         self._in_flight.update(pending)
@@ -901,9 +915,7 @@ class Run:
                 remaining_tokens=_least(b.remaining_tokens() for b in self._budgets),
                 remaining_cost_usd=_least(b.remaining_cost() for b in self._budgets),
             )
-            await self._tool_actor.send(
-                RunTools(invocations=tuple(invocations), reply=send, context=context)
-            )
+            await actor.send(RunTools(invocations=tuple(invocations), reply=send, context=context))
             while True:
                 try:
                     item = await receive_fast(receive)
@@ -978,14 +990,14 @@ class Run:
     # ---------------------------------------------------------------- judge
 
     async def _judge_candidate(self) -> _Decision:
-        assert self._judge is not None
+        judge = self._judge_actor()
         assert self._candidate is not None
         limits, meter = self.agent.limits, self.meter
         self._stage_in("judge")
         candidate = Candidate(text=self._candidate, question=self.input, round=self._round)
         send, receive = _stream(1)
         with receive:
-            await self._judge.send(JudgeCandidate(candidate=candidate, reply=send))
+            await judge.send(JudgeCandidate(candidate=candidate, reply=send))
             try:
                 reply = await receive_fast(receive)
             except anyio.EndOfStream:
@@ -1100,11 +1112,20 @@ class Run:
 
     # --------------------------------------------------------------- stages
 
-    def _stage_in(self, stage: str) -> None:
-        self._emit(ev.StageEntered, stage=stage)
+    # Stage events are most of a round's events: built directly, no keyword packing.
+    def _stage_in(self, stage: ev.Stage) -> None:
+        self._push(
+            ev.StageEntered(
+                run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), stage=stage
+            )
+        )
 
-    def _stage_out(self, stage: str) -> None:
-        self._emit(ev.StageExited, stage=stage)
+    def _stage_out(self, stage: ev.Stage) -> None:
+        self._push(
+            ev.StageExited(
+                run_id=self.id, seq=len(self.events), round=self._round, at=time.time(), stage=stage
+            )
+        )
 
 
 @attrs.frozen
