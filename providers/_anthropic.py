@@ -26,14 +26,14 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 import attrs
 from httpx_sse import ServerSentEvent
 
-from ._base import HttpProvider
+from ._base import HttpProvider, whole_response
 from ._errors import (
     AuthenticationFailed,
     FatalProviderError,
@@ -104,7 +104,7 @@ class AnthropicProvider(HttpProvider):
         shape = Shape(self.name)
         if not self.streaming:
             data = await post_json(ctx.http, call)
-            for item in _whole_response(self.parse_message(data, shape)):
+            for item in whole_response(self.parse_message(data, shape)):
                 yield item
             return
         state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
@@ -122,7 +122,7 @@ class AnthropicProvider(HttpProvider):
                     await drain(events)
                     break
         if whole is not None:
-            for item in _whole_response(whole):
+            for item in whole_response(whole):
                 yield item
             return
         if state.finished is None:
@@ -203,13 +203,6 @@ class AnthropicProvider(HttpProvider):
             raw_stop_reason=raw_stop,
             model=shape.opt_text(message.get("model"), "message.model") or self.model,
         )
-
-
-def _whole_response(response: ModelResponse) -> Iterator[StreamItem]:
-    if response.text:
-        yield TextDelta(text=response.text)
-    yield UsageDelta(usage=response.usage)
-    yield response
 
 
 def _message(message: Message) -> dict[str, Any]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 import attrs
 
 from ._http import check_base_url, resolve_key
 from ._prices import price_for
-from ._types import Backoff, Price
+from ._types import Backoff, ModelResponse, Price, StreamItem, TextDelta, UsageDelta
 
 
 @attrs.define(eq=False)
@@ -47,3 +48,11 @@ class HttpProvider:
 
     def gate_key(self) -> str:
         return f"{self.name}:{self.base_url}"
+
+
+def whole_response(response: ModelResponse) -> Iterator[StreamItem]:
+    """A response that arrived in one piece, played as a stream: text, usage, response."""
+    if response.text:
+        yield TextDelta(text=response.text)
+    yield UsageDelta(usage=response.usage)
+    yield response

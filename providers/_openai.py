@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import attrs
 from httpx_sse import ServerSentEvent
 
-from ._base import HttpProvider
+from ._base import HttpProvider, whole_response
 from ._errors import AuthenticationFailed, ProviderError, StreamErrorEvent, StreamInterrupted
 from ._http import (
     HttpCall,
@@ -111,7 +111,7 @@ class OpenAIProvider(HttpProvider):
         shape = Shape(self.name)
         if not self.streaming:
             data = await post_json(ctx.http, call)
-            for item in _whole_response(self.parse_completion(data, shape, call.secrets)):
+            for item in whole_response(self.parse_completion(data, shape, call.secrets)):
                 yield item
             return
         state = _StreamState(shape=shape, secrets=call.secrets, model=self.model)
@@ -129,7 +129,7 @@ class OpenAIProvider(HttpProvider):
                 for item in state.feed(event):
                     yield item
         if whole is not None:
-            for item in _whole_response(whole):
+            for item in whole_response(whole):
                 yield item
             return
         if state.finish_reason is None:
@@ -226,13 +226,6 @@ class OpenAIProvider(HttpProvider):
         usage = ZERO_USAGE if usage_raw is None else _usage(usage_raw, shape)
         model = shape.opt_text(completion.get("model"), "model") or self.model
         return _response(text, refusal, calls, raw_stop, usage, model)
-
-
-def _whole_response(response: ModelResponse) -> Iterator[StreamItem]:
-    if response.text:
-        yield TextDelta(text=response.text)
-    yield UsageDelta(usage=response.usage)
-    yield response
 
 
 def _new_id() -> str:
