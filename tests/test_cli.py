@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import __main__ as cli
+from tether import _cli as cli
+from tether._cli_run import _with_provider, load_agent
+from tether._cli_trace import read_trace
 from tether._sync import run_sync
 from tether.providers import Reply, ScriptedProvider
 
@@ -258,7 +260,7 @@ def test_run_scripted_provider_flag(agents_file: Path, capsys: pytest.CaptureFix
 
 def test_run_provider_flags_replace_the_provider(agents_file: Path) -> None:
     """--provider/--model/--base-url build an HTTP provider in place of the agent's."""
-    agent = cli.load_agent(f"{agents_file}:answered")
+    agent = load_agent(f"{agents_file}:answered")
     args = cli.build_parser().parse_args(
         [
             "run",
@@ -272,7 +274,7 @@ def test_run_provider_flags_replace_the_provider(agents_file: Path) -> None:
             "http://127.0.0.1:8080/v1",
         ]
     )
-    swapped = cli._with_provider(agent, args)
+    swapped = _with_provider(agent, args)
     assert swapped.provider.name == "openai"
     assert swapped.provider.model == "llama-3"
     assert getattr(swapped.provider, "base_url", None) == "http://127.0.0.1:8080/v1"
@@ -327,7 +329,7 @@ def test_trace_one_run_of_a_run_command(
     assert cli.main(["run", f"{agents_file}:answered", "q", "--trace", str(path)]) == 0
     assert cli.main(["run", f"{agents_file}:refused", "q", "--trace", str(path)]) == 2
     capsys.readouterr()
-    runs = cli.read_trace(str(path))
+    runs = read_trace(str(path))
     assert len(runs) == 2
     first = next(iter(runs))
     assert cli.main(["trace", str(path), "--run", first]) == 0
