@@ -11,4 +11,8 @@ mkdir "$tree/tether"
 for f in "$root"/tether/*; do ln -s "$f" "$tree/tether/"; done
 for sub in runtime actors providers; do ln -s "$root/$sub" "$tree/tether/$sub"; done
 cd "$tree"
-"${MYPY:-$root/.venv/bin/mypy}" --config-file "$root/pyproject.toml" -p tether
+mypy="${MYPY:-$root/.venv/bin/mypy}"
+"$mypy" --config-file "$root/pyproject.toml" -p tether
+# The public API as a user writes it must type-check too.
+cp "$root/tests/typing/check_api.py" "$tree/"
+"$mypy" --config-file "$root/pyproject.toml" "$tree/check_api.py"

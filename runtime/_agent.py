@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -19,13 +19,17 @@ from ._policy import PolicyLike
 Discovery = Literal["first", "auto", "off"]
 
 
-def _to_tools(value: Any) -> tuple[ToolSpec, ...]:
+def _to_tools(value: Iterable[ToolSpec | Callable[..., Any]]) -> tuple[ToolSpec, ...]:
     tools = tuple(v if isinstance(v, ToolSpec) else tool(v) for v in value)
     names = [t.name for t in tools]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"two tools share a name: {', '.join(dupes)}")
     return tools
+
+
+def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -43,7 +47,7 @@ class Agent:
     instructions: str = ""
     tools: Sequence[ToolSpec] = attrs.field(default=(), converter=_to_tools)
     judge: Judge | None = None
-    policies: Sequence[PolicyLike] = attrs.field(default=(), converter=tuple)
+    policies: Sequence[PolicyLike] = attrs.field(default=(), converter=_to_policies)
     memory: LessonStore | None = None
     #: The scope lessons are stored and recalled under; the agent's name by default.
     memory_scope: str | None = None
