@@ -17,9 +17,8 @@ from ._errors import StreamErrorEvent as StreamErrorEvent
 from ._errors import StreamInterrupted as StreamInterrupted
 from ._errors import TetherError as TetherError
 from ._errors import TransientProviderError as TransientProviderError
-from ._http import HttpPool as HttpPool
-from ._http import parse_retry_after as parse_retry_after
 from ._openai import OpenAIProvider as OpenAIProvider
+from ._pool import HttpPool as HttpPool
 from ._prices import price_for as price_for
 from ._scripted import Fault as Fault
 from ._scripted import Reply as Reply
@@ -44,3 +43,4 @@ from ._types import ToolDef as ToolDef
 from ._types import ToolResultBlock as ToolResultBlock
 from ._types import ToolUseBlock as ToolUseBlock
 from ._types import UsageDelta as UsageDelta
+from ._wire_errors import parse_retry_after as parse_retry_after

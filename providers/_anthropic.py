@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 from httpx_sse import ServerSentEvent
 
-from ._base import HttpProvider, whole_response
+from ._base import HttpProvider, check_key, whole_response
 from ._errors import (
     AuthenticationFailed,
     FatalProviderError,
@@ -45,18 +45,8 @@ from ._errors import (
     StreamErrorEvent,
     StreamInterrupted,
 )
-from ._http import (
-    HttpCall,
-    JsonBody,
-    Shape,
-    check_key,
-    describe,
-    drain,
-    error_fields,
-    parse_tool_arguments,
-    post_json,
-    post_sse,
-)
+from ._http import HttpCall, JsonBody, drain, post_json, post_sse
+from ._shape import Shape, parse_tool_arguments
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
@@ -73,6 +63,7 @@ from ._types import (
     ToolUseBlock,
     UsageDelta,
 )
+from ._wire_errors import describe, error_fields
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 import attrs
 
-from ._http import check_base_url, resolve_key
+from ._errors import AuthenticationFailed
 from ._prices import price_for
 from ._types import Backoff, ModelResponse, Price, StreamItem, TextDelta, UsageDelta
 
@@ -56,3 +58,30 @@ def whole_response(response: ModelResponse) -> Iterator[StreamItem]:
         yield TextDelta(text=response.text)
     yield UsageDelta(usage=response.usage)
     yield response
+
+
+def resolve_key(value: str | None, env: str) -> str | None:
+    """``value``, else the environment variable ``env``; stripped; ``None`` when empty."""
+    key = value if value is not None else os.environ.get(env)
+    key = key.strip() if key else None
+    return key or None
+
+
+def check_base_url(url: str) -> str:
+    """``url`` without a trailing slash; ``ValueError`` unless it is an http(s) URL with a host."""
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018  (raises ValueError when out of range)
+    except ValueError as exc:
+        raise ValueError(f"base_url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {url!r}")
+    return url.strip().rstrip("/")
+
+
+def check_key(key: str, provider: str) -> None:
+    """Refuse a key httpx could not put in a header, without echoing it."""
+    if not key.isascii() or not key.isprintable() or any(ch.isspace() for ch in key):
+        raise AuthenticationFailed(
+            f"{provider}: the API key contains characters not allowed in an HTTP header"
+        )

@@ -46,21 +46,10 @@ from urllib.parse import urlsplit
 import attrs
 from httpx_sse import ServerSentEvent
 
-from ._base import HttpProvider, whole_response
+from ._base import HttpProvider, check_key, whole_response
 from ._errors import AuthenticationFailed, ProviderError, StreamErrorEvent, StreamInterrupted
-from ._http import (
-    HttpCall,
-    JsonBody,
-    Shape,
-    check_key,
-    describe,
-    drain,
-    error_fields,
-    parse_tool_arguments,
-    plain,
-    post_json,
-    post_sse,
-)
+from ._http import HttpCall, JsonBody, drain, plain, post_json, post_sse
+from ._shape import Shape, parse_tool_arguments
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
@@ -77,6 +66,7 @@ from ._types import (
     ToolUseBlock,
     UsageDelta,
 )
+from ._wire_errors import describe, error_fields
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

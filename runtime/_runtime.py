@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 
 from tether.actors import ProviderGate
 from tether.providers import Provider, TetherError
-from tether.providers._http import HttpPool
+from tether.providers._pool import HttpPool
 
 from ._agent import Agent
 from ._budget import Budget, Hit

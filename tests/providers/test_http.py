@@ -33,7 +33,7 @@ from tether.providers import (
     TransientProviderError,
     parse_retry_after,
 )
-from tether.providers._http import (
+from tether.providers._wire_errors import (
     error_for_exception,
     error_for_status,
     retry_after_from_headers,

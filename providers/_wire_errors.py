@@ -1,0 +1,258 @@
+"""What a failed HTTP request means: the error tree of :mod:`tether.providers._errors`.
+
+- :func:`error_for_status` and :func:`error_for_exception`: the translation of
+  an HTTP error answer or an httpx failure into a typed error.
+- :func:`parse_retry_after` and :func:`retry_after_from_headers`.
+- :func:`redact`, :func:`error_fields` and :func:`describe`: the pieces of an
+  error message.
+
+Classification of HTTP statuses (see :func:`error_for_status`):
+
+=========================  ======================================================
+status                     error
+=========================  ======================================================
+400, 413, 422, other 4xx   ``InvalidRequest`` (fatal)
+401                        ``AuthenticationFailed`` (fatal)
+403                        ``PermissionDenied`` (fatal)
+404                        ``NotFound`` (fatal)
+408                        ``ProviderTimeout`` (transient: the server timed out
+                           waiting for us; both vendors' SDKs retry it)
+409                        ``ServerError`` (transient: a lock conflict on the
+                           server; both vendors' SDKs retry it)
+429                        ``RateLimited`` with ``retry_after``; except a body
+                           whose error code is ``insufficient_quota`` (billing,
+                           which no retry fixes): ``PermissionDenied``
+529                        ``Overloaded``
+5xx                        ``ServerError`` (``Overloaded`` when the body's error
+                           type is ``overloaded_error``)
+1xx, 3xx, anything else    ``MalformedResponse``
+=========================  ======================================================
+
+Every transient error carries the server's ``retry-after`` (or
+``retry-after-ms``) when it sent one. Messages include the server's error
+message, truncated, and never an API key: every message is scrubbed of the
+provider's secrets before it is raised.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC
+from typing import Any
+
+import httpx
+
+from ._errors import (
+    AuthenticationFailed,
+    ConnectionDropped,
+    InvalidRequest,
+    MalformedResponse,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ServerError,
+    StreamInterrupted,
+    TransientProviderError,
+)
+
+#: Longest server message kept in an error message.
+MAX_DETAIL_CHARS = 500
+REDACTED = "[redacted]"
+
+
+# ------------------------------------------------------------------ retry-after
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``retry-after`` value.
+
+    Accepts delay-seconds (``"7"``, ``"1.5"``) or an HTTP date; a negative
+    delay or a date in the past gives ``0.0``; anything else ``None``.
+    ``now`` (a POSIX timestamp) defaults to the current time.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def retry_after_from_headers(
+    headers: Mapping[str, str] | httpx.Headers, now: float | None = None
+) -> float | None:
+    """``retry-after-ms`` (milliseconds) if valid, else ``retry-after``."""
+    lowered = httpx.Headers(headers)
+    millis = lowered.get("retry-after-ms")
+    if millis is not None:
+        try:
+            ms = float(millis.strip())
+        except ValueError:
+            ms = math.nan
+        if math.isfinite(ms):
+            return max(0.0, ms / 1000.0)
+    return parse_retry_after(lowered.get("retry-after"), now=now)
+
+
+# --------------------------------------------------------------- error mapping
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every secret replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _truncate(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _error_object(body: bytes | str | None) -> tuple[str | None, str | None, str | None]:
+    """``(type, code, message)`` from a JSON error body, or the body's text as message."""
+    if not body:
+        return None, None, None
+    raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None, None, raw
+    return error_fields(data, fallback=raw)
+
+
+def error_fields(
+    data: Any, *, fallback: str | None = None
+) -> tuple[str | None, str | None, str | None]:
+    """``(type, code, message)`` of ``{"error": {...}}`` and common variants."""
+    if not isinstance(data, dict):
+        return None, None, fallback
+    err: Any = data.get("error", data)
+    if isinstance(err, str):
+        return None, None, err
+    if not isinstance(err, dict):
+        return None, None, fallback
+    kind = err.get("type")
+    code = err.get("code")
+    message = err.get("message", err.get("detail"))
+    return (
+        kind if isinstance(kind, str) else None,
+        str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+        message if isinstance(message, str) else fallback,
+    )
+
+
+def describe(
+    provider: str,
+    what: str,
+    kind: str | None,
+    message: str | None,
+    secrets: Iterable[str | None] = (),
+) -> str:
+    """``"<provider>: <what>: <kind>: <message>"``, redacted, then truncated."""
+    detail = redact(": ".join(part for part in (kind, message) if part), secrets)
+    return f"{provider}: {what}" + (f": {_truncate(detail)}" if detail else "")
+
+
+def error_for_status(
+    status: int,
+    *,
+    body: bytes | str | None = None,
+    headers: Mapping[str, str] | httpx.Headers | None = None,
+    provider: str = "provider",
+    secrets: Iterable[str | None] = (),
+    now: float | None = None,
+) -> ProviderError:
+    """The typed error for an HTTP error answer (see the module's table)."""
+    kind, code, message = _error_object(body)
+    reason = httpx.codes.get_reason_phrase(status)
+    what = f"HTTP {status}" + (f" {reason}" if reason else "")
+    text = describe(provider, what, kind, message, secrets)
+    retry_after = retry_after_from_headers(headers, now=now) if headers is not None else None
+
+    transient: type[TransientProviderError]
+    if status == 400 or (400 <= status < 500 and status not in (401, 403, 404, 408, 409, 429)):
+        return InvalidRequest(text, status=status)
+    if status == 401:
+        return AuthenticationFailed(text, status=status)
+    if status == 403:
+        return PermissionDenied(text, status=status)
+    if status == 404:
+        return NotFound(text, status=status)
+    if status == 429:
+        if "insufficient_quota" in (kind, code):
+            return PermissionDenied(text, status=status)
+        transient = RateLimited
+    elif status == 408:
+        transient = ProviderTimeout
+    elif status == 529 or (status >= 500 and kind == "overloaded_error"):
+        transient = Overloaded
+    elif status == 409 or 500 <= status < 600:
+        transient = ServerError
+    else:
+        transient = MalformedResponse
+    return transient(text, status=status, retry_after=retry_after)
+
+
+def error_for_exception(
+    exc: BaseException,
+    *,
+    provider: str = "provider",
+    mid_stream: bool = False,
+    secrets: Iterable[str | None] = (),
+) -> ProviderError:
+    """The typed error for an httpx failure.
+
+    Timeouts are :class:`ProviderTimeout`; a connection refused, reset or
+    closed is :class:`ConnectionDropped`, or :class:`StreamInterrupted` when
+    it happened mid-stream (after a streaming answer had begun); undecodable
+    bodies are :class:`MalformedResponse`; a URL or request that httpx cannot
+    send at all is :class:`InvalidRequest`.
+    """
+    detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secrets)
+    detail = _truncate(detail)
+    if isinstance(exc, httpx.TimeoutException):
+        phase = {
+            httpx.ConnectTimeout: "connect",
+            httpx.ReadTimeout: "read",
+            httpx.WriteTimeout: "write",
+            httpx.PoolTimeout: "connection-pool",
+        }.get(type(exc), "request")
+        return ProviderTimeout(f"{provider}: {phase} timeout ({detail})")
+    if isinstance(exc, httpx.DecodingError):
+        return MalformedResponse(f"{provider}: undecodable response body ({detail})")
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError | httpx.InvalidURL):
+        return InvalidRequest(f"{provider}: request could not be sent ({detail})")
+    if mid_stream:
+        return StreamInterrupted(f"{provider}: connection dropped mid-stream ({detail})")
+    return ConnectionDropped(f"{provider}: connection failed ({detail})")
+
+
+__all__ = [
+    "error_for_exception",
+    "error_for_status",
+    "parse_retry_after",
+    "redact",
+    "retry_after_from_headers",
+]
