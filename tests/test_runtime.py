@@ -453,3 +453,20 @@ async def test_many_concurrent_runs_have_their_own_script_position() -> None:
 async def echo(x: int) -> int:
     """Echo x."""
     return x
+
+
+async def test_cancelling_a_queued_run_finishes_it_at_once() -> None:
+    """A run waiting for a max_concurrent_runs slot ends cancelled without ever starting."""
+    slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
+    async with tether.Runtime(max_concurrent_runs=1) as rt:
+        running = rt.start(slow, "first")
+        queued = rt.start(slow, "second")
+        await first(running, ev.ModelCallStarted)
+        queued.cancel("not needed")
+        with anyio.fail_after(5):
+            result = await queued.result()
+        running.cancel("done")
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.error == "not needed"
+    assert [type(e).__name__ for e in result.events] == ["RunFinished"]
+    assert result.usage.model_calls == 0
