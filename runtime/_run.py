@@ -57,6 +57,7 @@ from tether.providers import (
     Message,
     ModelRequest,
     ModelResponse,
+    Price,
     StopReason,
     TokenUsage,
     ToolDef,
@@ -69,7 +70,7 @@ from . import _events as ev
 from ._budget import Budget, Hit
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._judging import Candidate, Judgement
-from ._limits import Termination, UsageMeter
+from ._limits import Termination, Usage, UsageMeter
 from ._policy import PolicyPoint, Verdict, as_check
 from ._result import RunResult
 
@@ -130,7 +131,7 @@ class RunView:
     run_id: str
     agent: str
     round: int
-    usage: Any
+    usage: Usage
     messages: tuple[Message, ...]
     candidate: str | None
     judgement: Judgement | None
@@ -661,7 +662,7 @@ class Run:
                         self._charge(item.usage, seen, price)
                         seen = item.usage
                         if isinstance(item, ModelResponse):
-                            self._charged("model", seen, price)
+                            self._charged("model", seen, _cost(price, seen))
                             seen = TokenUsage()
                             self._emit(
                                 ev.ModelCallFinished,
@@ -678,7 +679,7 @@ class Run:
                             # Leaving `with receive` closes the reply: the stream is cut.
                             return crossed
                     elif isinstance(item, RetryScheduled):
-                        self._charged("model", seen, price)
+                        self._charged("model", seen, _cost(price, seen))
                         seen = TokenUsage()
                         self._emit(
                             ev.ProviderRetry,
@@ -707,44 +708,30 @@ class Run:
             self._error = "the model actor stopped without an answer"
             return Termination.CRASHED
         finally:
-            self._charged("model", seen, price)
+            self._charged("model", seen, _cost(price, seen))
 
-    def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Any) -> None:
+    def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Price | None) -> None:
         """Charge what ``usage`` adds to ``seen`` (usage reports are cumulative)."""
-        d_in = max(0, usage.input_tokens - seen.input_tokens)
-        d_out = max(0, usage.output_tokens - seen.output_tokens)
-        d_cr = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
-        d_cw = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
-        if not (d_in or d_out or d_cr or d_cw):
-            return
-        cost = None
-        if price is not None:
-            cost = price.cost(
-                TokenUsage(
-                    input_tokens=d_in,
-                    output_tokens=d_out,
-                    cache_read_tokens=d_cr,
-                    cache_write_tokens=d_cw,
-                )
-            )
-        self._add(d_in + d_cr + d_cw, d_out, cost, shared=True)
+        added = TokenUsage(
+            input_tokens=max(0, usage.input_tokens - seen.input_tokens),
+            output_tokens=max(0, usage.output_tokens - seen.output_tokens),
+            cache_read_tokens=max(0, usage.cache_read_tokens - seen.cache_read_tokens),
+            cache_write_tokens=max(0, usage.cache_write_tokens - seen.cache_write_tokens),
+        )
+        input_tokens = added.input_tokens + added.cache_read_tokens + added.cache_write_tokens
+        if input_tokens or added.output_tokens:
+            self._add(input_tokens, added.output_tokens, _cost(price, added), shared=True)
 
-    def _charged(self, source: str, usage: TokenUsage, price: Any) -> None:
-        """Record one attempt's charge as an event; the run's usage is the sum of these."""
-        if (
-            usage.input_tokens
-            or usage.output_tokens
-            or usage.cache_read_tokens
-            or usage.cache_write_tokens
-        ):
+    def _charged(self, source: str, usage: TokenUsage, cost: float | None) -> None:
+        """Record one charge as an event; the run's usage is the sum of these."""
+        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        if input_tokens or usage.output_tokens:
             self._emit(
                 ev.UsageCharged,
                 source=source,
-                input_tokens=usage.input_tokens
-                + usage.cache_read_tokens
-                + usage.cache_write_tokens,
+                input_tokens=input_tokens,
                 output_tokens=usage.output_tokens,
-                cost_usd=None if price is None else price.cost(usage),
+                cost_usd=cost,
             )
 
     def _continue_text(self, response: ModelResponse) -> _Decision:
@@ -957,13 +944,8 @@ class Run:
             )
         if output.input_tokens or output.output_tokens or output.cost_usd:
             self._add(output.input_tokens, output.output_tokens, output.cost_usd, shared=False)
-            self._emit(
-                ev.UsageCharged,
-                source="subagent",
-                input_tokens=output.input_tokens,
-                output_tokens=output.output_tokens,
-                cost_usd=output.cost_usd,
-            )
+            usage = TokenUsage(input_tokens=output.input_tokens, output_tokens=output.output_tokens)
+            self._charged("subagent", usage, output.cost_usd)
 
     def _settle(self, call: ToolUseBlock, outcome: str, content: str, attempts: int) -> None:
         is_error = outcome != "ok"
@@ -1011,7 +993,6 @@ class Run:
             return _Decision("complete", "crashed", Termination.CRASHED)
         assert isinstance(reply, JudgeDone)
         if reply.usage is not None:
-            price = None if reply.cost_usd is None else _FixedCost(reply.cost_usd)
             self._add(
                 reply.usage.input_tokens
                 + reply.usage.cache_read_tokens
@@ -1020,7 +1001,7 @@ class Run:
                 reply.cost_usd,
                 shared=True,
             )
-            self._charged("judge", reply.usage, price)
+            self._charged("judge", reply.usage, reply.cost_usd)
         judgement = reply.judgement
         self._judgement = judgement
         self._emit(
@@ -1128,14 +1109,8 @@ class Run:
         )
 
 
-@attrs.frozen
-class _FixedCost:
-    """A 'price' that reports a cost already computed (the judge's)."""
-
-    amount: float
-
-    def cost(self, usage: TokenUsage) -> float:
-        return self.amount
+def _cost(price: Price | None, usage: TokenUsage) -> float | None:
+    return None if price is None else price.cost(usage)
 
 
 def _stream(size: float) -> tuple[MemoryObjectSendStream[Any], MemoryObjectReceiveStream[Any]]:
