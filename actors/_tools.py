@@ -175,7 +175,7 @@ class ToolActor:
                     request.reply.send_nowait(done)
                     answered.add(done.call_id)
                     if done.outcome == "fatal_error":
-                        batch.cancel()
+                        batch.cancel(f"tool {done.name!r} failed fatally")
 
                 parallel = [i for i in invocations if not i.spec.sequential]
                 if parallel:

@@ -247,7 +247,7 @@ class Run:
             return
         self._cancel_reason = reason or "cancelled"
         if self._scope is not None:
-            self._scope.cancel()
+            self._scope.cancel(f"run {self.id}: {self._cancel_reason}")
 
     # --------------------------------------------------------------- lifecycle
 
@@ -261,7 +261,7 @@ class Run:
             with anyio.CancelScope() as queue_scope:
                 self._scope = queue_scope
                 if self._cancel_reason is not None:
-                    queue_scope.cancel()
+                    queue_scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if admit:
                     async with self._services.admission():
                         await self._execute()
@@ -292,7 +292,7 @@ class Run:
         with anyio.CancelScope(deadline=deadline) as scope:
             self._scope = scope
             if self._cancel_reason is not None:
-                scope.cancel()
+                scope.cancel(f"run {self.id}: {self._cancel_reason}")
             try:
                 async with anyio.create_task_group() as tg:
                     self._start_children(tg)
@@ -623,7 +623,7 @@ class Run:
             return
         self._forced = hit
         if self._scope is not None:
-            self._scope.cancel()
+            self._scope.cancel(f"run {self.id}: the Runtime's budget is spent ({hit.ceiling})")
 
     def _add(self, input_tokens: int, output_tokens: int, cost: float | None, shared: bool) -> None:
         """Charge the run's usage and budgets; ``shared`` also charges the Runtime's."""
