@@ -151,6 +151,48 @@ class _Blocked(Exception):
 class Run:
     """One run: a supervisor actor. Created by :meth:`Runtime.start`."""
 
+    # Slots: thousands of runs may be parked at once; no per-run __dict__.
+    __slots__ = (
+        "_approvals",
+        "_budgets",
+        "_cancel_reason",
+        "_candidate",
+        "_catalogue",
+        "_checks",
+        "_error",
+        "_forced",
+        "_in_flight",
+        "_judge",
+        "_judgement",
+        "_model",
+        "_output",
+        "_partial",
+        "_previous_calls",
+        "_results",
+        "_round",
+        "_round_calls",
+        "_scope",
+        "_services",
+        "_sink",
+        "_stop_requested",
+        "_system",
+        "_tg",
+        "_tool_actor",
+        "_tool_defs",
+        "_tools",
+        "_trimmed",
+        "_waiter",
+        "agent",
+        "events",
+        "finished",
+        "id",
+        "input",
+        "messages",
+        "meter",
+        "parent_run_id",
+        "result",
+    )
+
     def __init__(
         self,
         services: RuntimeServices,
