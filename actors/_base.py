@@ -19,7 +19,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import attrs
-from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import ActorCrashed
@@ -125,13 +124,10 @@ async def supervise(
     factory: Callable[[], Actor[Any]],
     mailbox: MemoryObjectReceiveStream[Any],
     policy: RestartPolicy,
-    *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``factory()``'s actor on ``mailbox``, restarting it on crashes within ``policy``."""
     crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
-    task_status.started()
     with mailbox:
         try:
             while True:

@@ -67,7 +67,6 @@ class GateWaited:
 @attrs.frozen(kw_only=True)
 class ModelFailed:
     error: BaseException
-    attempts: int
 
 
 class ProviderBug(ProviderError):
@@ -109,7 +108,7 @@ class ModelActor:
                     # Everyone on this provider waits it out (capped like our own backoff).
                     self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
                 if attempt >= call.max_attempts:
-                    await send(reply, ModelFailed(error=exc, attempts=attempt))
+                    await send(reply, ModelFailed(error=exc))
                     return
                 wait = self._provider.backoff.wait(attempt, exc.retry_after)
                 await send(
@@ -121,7 +120,7 @@ class ModelActor:
                 await anyio.sleep(wait)
                 await send(reply, AttemptStarted(attempt=attempt + 1))
             except ProviderError as exc:
-                await send(reply, ModelFailed(error=exc, attempts=attempt))
+                await send(reply, ModelFailed(error=exc))
                 return
             except anyio.BrokenResourceError:
                 raise
@@ -129,7 +128,7 @@ class ModelActor:
                 # User code (a provider's parser) failed: a message, never an unwind.
                 bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
                 bug.__cause__ = exc
-                await send(reply, ModelFailed(error=bug, attempts=attempt))
+                await send(reply, ModelFailed(error=bug))
                 return
 
     async def _attempt(self, call: ModelCall) -> None:

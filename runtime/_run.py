@@ -168,6 +168,7 @@ class Run:
         "_output",
         "_partial",
         "_previous_calls",
+        "_price",
         "_results",
         "_round",
         "_round_calls",
@@ -244,6 +245,8 @@ class Run:
         self._tool_defs: tuple[ToolDef, ...] | None = None
         self._checks = [as_check(p) for p in agent.policies]
         self._system = agent.instructions
+        # Looked up once: a dated model id is matched against the whole price table.
+        self._price = agent.provider.price()
         self._model: ActorRef[Any] | None = None
         self._tool_actor: ActorRef[Any] | None = None
         self._judge: ActorRef[Any] | None = None
@@ -612,7 +615,7 @@ class Run:
         by its own input.
         """
         cap: int | None = None
-        price = self.agent.provider.price()
+        price = self._price
         for budget in self._budgets:
             left = budget.remaining_tokens()
             if left is not None:
@@ -687,7 +690,7 @@ class Run:
         # is recorded as one UsageCharged per attempt, also when the call is cut
         # short by a ceiling or a cancellation, so usage always equals the charges.
         seen = TokenUsage()
-        price = self.agent.provider.price()
+        price = self._price
         try:
             with receive:
                 await self._model.send(
@@ -934,8 +937,9 @@ class Run:
     async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
         actor = self._tools_actor()
         send, receive = _stream(len(invocations) + 1)
-        pending = {i.call.id: i.call for i in invocations}
-        self._in_flight.update(pending)
+        # Calls sent to the tool actor and not answered yet (the run's finish
+        # answers them ``cancelled`` if it ends mid-execution).
+        pending = self._in_flight = {i.call.id: i.call for i in invocations}
         done: list[ToolDone] = []
         with receive:
             context = ToolContext(
@@ -954,15 +958,14 @@ class Run:
                     self._emit(ev.ChildCrashed, actor="tools", error=item.error.traceback)
                     break
                 call = pending.pop(item.call_id)
-                del self._in_flight[item.call_id]
                 if item.output is not None:
                     self._charge_tool(call, item.output)
                 self._settle(call, item.outcome, item.content, item.attempts)
                 done.append(item)
         # Calls the actor never answered (it crashed): fail them, never replay them
         # (a tool may have side effects). The supervisor restarts the actor.
+        self._in_flight = {}
         for call in pending.values():
-            del self._in_flight[call.id]
             self._settle(
                 call,
                 "transient_error",
