@@ -213,6 +213,14 @@ def _throughput(out: Outcome, job: Job) -> None:
 # --------------------------------------------------- B4, B5: parked, cancelled
 
 
+def _parked_rss(out: Outcome, base: float | None, n: int) -> None:
+    """Record the RSS the ``n`` parked runs add over ``base`` (both sides alike)."""
+    parked = w.current_rss_kb()
+    if base is not None and parked is not None:
+        out.metrics["parked_rss_kb"] = parked - base
+        out.metrics["rss_per_run_kb"] = (parked - base) / n
+
+
 async def _settle(target: int) -> int:
     """Wait (bounded) until at most ``target`` tasks run; the count then."""
     deadline = time.perf_counter() + SETTLE_S
@@ -233,10 +241,7 @@ async def _park_tether(rt: tether.Runtime, n: int, out: Outcome) -> None:
     handles = [rt.start(agent, w.QUESTION) for _ in range(n)]
     await parking.all_parked.wait()
     out.metrics["park_s"] = time.perf_counter() - start
-    parked = w.current_rss_kb()
-    if base is not None and parked is not None:
-        out.metrics["parked_rss_kb"] = parked - base
-        out.metrics["rss_per_run_kb"] = (parked - base) / n
+    _parked_rss(out, base, n)
     start = time.perf_counter()
     for handle in handles:
         handle.cancel("benchmark: cancel every parked run")
@@ -297,10 +302,7 @@ async def _park_bare(n: int, out: Outcome) -> None:
             tg.start_soon(park)
         await parking.all_parked.wait()
         out.metrics["park_s"] = time.perf_counter() - start
-        parked = w.current_rss_kb()
-        if base is not None and parked is not None:
-            out.metrics["parked_rss_kb"] = parked - base
-            out.metrics["rss_per_run_kb"] = (parked - base) / n
+        _parked_rss(out, base, n)
         start = time.perf_counter()
         for scope in scopes:
             scope.cancel()

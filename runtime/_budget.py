@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeVar
+
 import attrs
 
 from ._limits import Termination
+
+N = TypeVar("N", int, float)
+
+
+def least(values: Iterable[N | None]) -> N | None:
+    """The smallest of the limits given (``None`` is no limit), or ``None``."""
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -67,7 +67,7 @@ from tether.providers import (
 )
 
 from . import _events as ev
-from ._budget import Budget, Hit
+from ._budget import Budget, Hit, least
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._judging import Candidate, Judgement
 from ._limits import Termination, Usage, UsageMeter
@@ -945,8 +945,8 @@ class Run:
             context = ToolContext(
                 run_id=self.id,
                 services=self._services,
-                remaining_tokens=_least(b.remaining_tokens() for b in self._budgets),
-                remaining_cost_usd=_least(b.remaining_cost() for b in self._budgets),
+                remaining_tokens=least(b.remaining_tokens() for b in self._budgets),
+                remaining_cost_usd=least(b.remaining_cost() for b in self._budgets),
             )
             await actor.send(RunTools(invocations=tuple(invocations), reply=send, context=context))
             while True:
@@ -1161,11 +1161,6 @@ def _cost(price: Price | None, usage: TokenUsage) -> float | None:
 def _stream(size: float) -> tuple[MemoryObjectSendStream[Any], MemoryObjectReceiveStream[Any]]:
     """A reply stream (unsubscripted: a subscripted call goes through typing, slowly)."""
     return anyio.create_memory_object_stream(size)
-
-
-def _least(values: Iterable[Any]) -> Any:
-    known = [v for v in values if v is not None]
-    return min(known) if known else None
 
 
 def _canonical(arguments: Any) -> str:

@@ -11,11 +11,13 @@ it ends. Its events carry its own run_id and the parent's (``RunStarted``
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import attrs
 
 from tether.actors import FatalToolError, ToolOutput, ToolSpec, current_tool_context, tool
+
+from ._budget import least
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -39,8 +41,8 @@ def agent_tool(
             raise FatalToolError(f"the sub-agent tool {tool_name!r} runs only inside a tether run")
         limits = attrs.evolve(
             agent.limits,
-            max_total_tokens=_tighter(agent.limits.max_total_tokens, ctx.remaining_tokens),
-            max_cost_usd=_tighter(agent.limits.max_cost_usd, ctx.remaining_cost_usd),
+            max_total_tokens=least((agent.limits.max_total_tokens, ctx.remaining_tokens)),
+            max_cost_usd=least((agent.limits.max_cost_usd, ctx.remaining_cost_usd)),
         )
         services = ctx.services
         child = Run(
@@ -72,12 +74,3 @@ def agent_tool(
     # The child's own ceilings bound it; the tool timeout only guards a stuck child.
     timeout = agent.limits.timeout_s or 3600.0
     return tool(delegate, name=tool_name, description=about, timeout_s=timeout)
-
-
-T = TypeVar("T", int, float)
-
-
-def _tighter(own: T | None, left: T | None) -> T | None:
-    if own is None:
-        return left
-    return own if left is None else min(own, left)
