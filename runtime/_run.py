@@ -332,7 +332,8 @@ class Run:
             provider=getattr(self.agent.provider, "name", None),
             model=getattr(self.agent.provider, "model", None),
         )
-        deadline = math.inf if limits.timeout_s is None else anyio.current_time() + limits.timeout_s
+        started = anyio.current_time()
+        deadline = math.inf if limits.timeout_s is None else started + limits.timeout_s
         termination: Termination | None = None
         with anyio.CancelScope(deadline=deadline) as scope:
             self._scope = scope
@@ -361,7 +362,7 @@ class Run:
                     ev.CeilingHit,
                     ceiling="timeout_s",
                     limit=float(limits.timeout_s or 0),
-                    used=anyio.current_time() - (deadline - (limits.timeout_s or 0)),
+                    used=anyio.current_time() - started,
                 )
         self._finish(termination, self._error)
 
@@ -415,9 +416,7 @@ class Run:
         for call in self._in_flight.values():
             self._settle(call, "cancelled", "the run ended before this call finished", 0)
         self._in_flight.clear()
-        for call in self._round_calls:
-            if call.id not in self._results:
-                self._settle(call, "cancelled", "the run ended before this call ran", 0)
+        self._cancel_undecided("the run ended before this call ran")
         self._close_round_calls()
         output = None
         if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
