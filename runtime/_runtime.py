@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -133,7 +133,7 @@ class RuntimeServices:
                 run.force_end(hit)
 
     def admission(self) -> AbstractAsyncContextManager[Any]:
-        return self._admission if self._admission is not None else _NO_LIMIT
+        return self._admission if self._admission is not None else nullcontext()
 
     def gate_for(self, provider: Provider) -> ProviderGate | None:
         key = provider.gate_key()
@@ -146,17 +146,6 @@ class RuntimeServices:
 
     def run_finished(self, run: Run) -> None:
         self._runtime._runs.pop(run.id, None)
-
-
-class _NoLimit:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_LIMIT = _NoLimit()
 
 
 class Runtime:
