@@ -3,10 +3,9 @@
 from ._base import ActorFailed as ActorFailed
 from ._base import ActorRef as ActorRef
 from ._base import RestartPolicy as RestartPolicy
-from ._base import receive as receive
-from ._base import send as send
 from ._base import spawn_mailbox as spawn_mailbox
 from ._base import supervise as supervise
+from ._channel import ReplyChannel as ReplyChannel
 from ._errors import ActorCrashed as ActorCrashed
 from ._errors import ActorError as ActorError
 from ._errors import FatalToolError as FatalToolError

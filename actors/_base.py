@@ -1,10 +1,11 @@
 """The actor base: a task with a mailbox, supervised with bounded restarts.
 
 An actor handles one request at a time from its mailbox (an anyio memory
-object stream of attrs messages). Every request carries its own reply stream;
-the actor closes it when it is done, so a requester never hangs: if the actor
+object stream of attrs messages, with a doorbell that wakes the actor). Every
+request carries its own reply channel (:class:`~._channel.ReplyChannel`); the
+actor closes it when it is done, so a requester never hangs: if the actor
 crashes, the supervisor fails the request in flight with :class:`ActorFailed`
-and closes its reply stream. A crashed actor is replaced by a fresh one on the
+and closes its reply channel. A crashed actor is replaced by a fresh one on the
 same mailbox while the :class:`RestartPolicy` allows; past that, the mailbox
 closes and every later request fails at once with :class:`ActorCrashed`.
 """
@@ -21,6 +22,7 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._channel import Doorbell, ReplyChannel
 from ._errors import ActorCrashed
 
 
@@ -52,7 +54,7 @@ class ActorFailed:
 
 class Request(Protocol):
     @property
-    def reply(self) -> MemoryObjectSendStream[Any]: ...
+    def reply(self) -> ReplyChannel[Any]: ...
 
 
 R = TypeVar("R", bound=Request)
@@ -65,74 +67,79 @@ class Actor(Protocol[R_contra]):
         ...
 
 
+class Mailbox:
+    """The receiving side of an actor's mailbox, and the doorbell that wakes the actor."""
+
+    __slots__ = ("bell", "stream")
+
+    def __init__(self, stream: MemoryObjectReceiveStream[Any], bell: Doorbell) -> None:
+        self.stream = stream
+        self.bell = bell
+
+    async def receive(self) -> Any:
+        """The next request; ``anyio.EndOfStream`` once the mailbox is closed and empty."""
+        stream = self.stream
+        while True:
+            try:
+                return stream.receive_nowait()
+            except anyio.WouldBlock:
+                pass
+            await self.bell.wait()
+
+
 class ActorRef(Generic[R]):
     """The sending side of an actor's mailbox."""
 
-    __slots__ = ("_mailbox", "name")
+    __slots__ = ("_bell", "_mailbox", "name")
 
-    def __init__(self, name: str, mailbox: MemoryObjectSendStream[R]) -> None:
+    def __init__(self, name: str, mailbox: MemoryObjectSendStream[R], bell: Doorbell) -> None:
         self.name = name
         self._mailbox = mailbox
+        self._bell = bell
 
     async def send(self, request: R) -> None:
         try:
-            await send(self._mailbox, request)
+            try:
+                self._mailbox.send_nowait(request)
+            except anyio.WouldBlock:
+                # Full (the actor has not taken earlier requests): wait for room.
+                # The actor takes requests with receive_nowait, which admits us.
+                self._bell.ring()
+                await self._mailbox.send(request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
             raise ActorCrashed(self.name, "the actor gave up after repeated crashes") from None
         except BaseException:
-            # Cancelled before delivery: nobody else will ever close the reply stream.
+            # Cancelled before delivery: nobody else will ever close the reply channel.
             request.reply.close()
             raise
+        self._bell.ring()
 
     def close(self) -> None:
         self._mailbox.close()
+        self._bell.ring()
 
 
-T = TypeVar("T")
-
-
-# Fast paths for the hot loop: an operation that can complete at once does, with
-# no checkpoint; only one that would block awaits (and so checkpoints).
-async def send(stream: MemoryObjectSendStream[T], item: T) -> None:
-    """``stream.send(item)`` without a checkpoint when the buffer has room."""
-    try:
-        stream.send_nowait(item)
-        return
-    except anyio.WouldBlock:
-        pass
-    # Awaited outside the except block, so the exception is not kept alive while we wait.
-    await stream.send(item)
-
-
-async def receive(stream: MemoryObjectReceiveStream[T]) -> T:
-    """``stream.receive()`` without a checkpoint when an item is waiting."""
-    try:
-        return stream.receive_nowait()
-    except anyio.WouldBlock:
-        pass
-    return await stream.receive()
-
-
-def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], MemoryObjectReceiveStream[Any]]:
+def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], Mailbox]:
     send, receive = anyio.create_memory_object_stream[Any](size)  # once per actor
-    return ActorRef(name, send), receive
+    bell = Doorbell()
+    return ActorRef(name, send, bell), Mailbox(receive, bell)
 
 
 async def supervise(
     name: str,
     factory: Callable[[], Actor[Any]],
-    mailbox: MemoryObjectReceiveStream[Any],
+    mailbox: Mailbox,
     policy: RestartPolicy,
 ) -> None:
     """Run ``factory()``'s actor on ``mailbox``, restarting it on crashes within ``policy``."""
     crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
-    with mailbox:
+    with mailbox.stream:
         try:
             while True:
                 try:
-                    request = await receive(mailbox)
+                    request = await mailbox.receive()
                 except anyio.EndOfStream:
                     return
                 try:
@@ -150,8 +157,8 @@ async def supervise(
                     actor = factory()
         finally:
             # Requests still queued (the actor was stopped or gave up) are failed,
-            # so no requester waits for ever and no reply stream is left open.
-            drain(name, mailbox)
+            # so no requester waits for ever and no reply channel is left open.
+            drain(name, mailbox.stream)
 
 
 def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:
@@ -164,7 +171,7 @@ def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:
 
 
 def fail(request: Request, error: ActorCrashed) -> None:
-    """Fail ``request`` with ``error`` without blocking, then close its reply stream."""
+    """Fail ``request`` with ``error`` without blocking, then close its reply channel."""
     reply = request.reply
     with contextlib.suppress(
         anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError

@@ -9,16 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from anyio.streams.memory import MemoryObjectSendStream
 
 from tether.providers import ProviderContext, TokenUsage
 from tether.runtime._judging import Candidate, Judge, Judgement
+
+from ._channel import ReplyChannel
 
 
 @attrs.frozen(kw_only=True)
 class JudgeCandidate:
     candidate: Candidate
-    reply: MemoryObjectSendStream[Any]
+    reply: ReplyChannel[Any]
 
 
 @attrs.frozen(kw_only=True)

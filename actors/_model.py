@@ -1,13 +1,13 @@
 """The model actor: provider calls, streaming, and transport retries with backoff.
 
-A :class:`ModelCall` gets replies in parts on its reply stream: provider
+A :class:`ModelCall` gets replies in parts on its reply channel: provider
 deltas (:class:`~tether.providers.TextDelta`, :class:`~tether.providers.UsageDelta`),
 a :class:`RetryScheduled` before each backoff wait and an
 :class:`AttemptStarted` after it, a :class:`GateWaited` when
 the provider's gate held the call, and last either the
 :class:`~tether.providers.ModelResponse` or a :class:`ModelFailed`.
 
-A requester that stops listening (closes its receive end) cancels the call:
+A requester that stops listening (abandons its reply channel) cancels the call:
 the next send fails, and the provider's stream is closed. That is how the run
 cuts a stream that crossed a ceiling.
 """
@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 import attrs
-from anyio.streams.memory import MemoryObjectSendStream
 
 from tether.providers import (
     HttpPoolLike,
@@ -33,7 +32,7 @@ from tether.providers import (
     TransientProviderError,
 )
 
-from ._base import send
+from ._channel import ReplyChannel
 from ._gate import ProviderGate
 
 
@@ -41,7 +40,7 @@ from ._gate import ProviderGate
 class ModelCall:
     request: ModelRequest
     max_attempts: int
-    reply: MemoryObjectSendStream[Any]
+    reply: ReplyChannel[Any]
 
 
 @attrs.frozen(kw_only=True)
@@ -108,19 +107,18 @@ class ModelActor:
                     # Everyone on this provider waits it out (capped like our own backoff).
                     self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
                 if attempt >= call.max_attempts:
-                    await send(reply, ModelFailed(error=exc))
+                    await reply.send(ModelFailed(error=exc))
                     return
                 wait = self._provider.backoff.wait(attempt, exc.retry_after)
-                await send(
-                    reply,
+                await reply.send(
                     RetryScheduled(
                         error_type=exc.error_type, message=str(exc), attempt=attempt, wait_s=wait
                     ),
                 )
                 await anyio.sleep(wait)
-                await send(reply, AttemptStarted(attempt=attempt + 1))
+                await reply.send(AttemptStarted(attempt=attempt + 1))
             except ProviderError as exc:
-                await send(reply, ModelFailed(error=exc))
+                await reply.send(ModelFailed(error=exc))
                 return
             except anyio.BrokenResourceError:
                 raise
@@ -128,7 +126,7 @@ class ModelActor:
                 # User code (a provider's parser) failed: a message, never an unwind.
                 bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
                 bug.__cause__ = exc
-                await send(reply, ModelFailed(error=bug))
+                await reply.send(ModelFailed(error=bug))
                 return
 
     async def _attempt(self, call: ModelCall) -> None:
@@ -143,14 +141,14 @@ class ModelActor:
             # run got a 429 must still wait the pause out before sending.
             waited = await gate.wait_open()
             if waited:
-                await send(call.reply, GateWaited(wait_s=waited))
+                await call.reply.send(GateWaited(wait_s=waited))
             await self._stream(call, ctx)
 
     async def _stream(self, call: ModelCall, ctx: ProviderContext) -> None:
         stream = self._provider.stream(call.request, ctx)
         async with contextlib.aclosing(stream):  # type: ignore[type-var]
             async for item in stream:
-                await send(call.reply, item)
+                await call.reply.send(item)
                 if isinstance(item, ModelResponse):
                     return
         raise MalformedResponse("the provider's stream ended without a response")

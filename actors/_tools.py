@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import anyio
 import attrs
-from anyio.streams.memory import MemoryObjectSendStream
 
 from tether.providers import Backoff, ToolUseBlock
 
+from ._channel import ReplyChannel
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
 
@@ -104,7 +104,7 @@ class ToolOutput:
 @attrs.frozen(kw_only=True)
 class RunTools:
     invocations: tuple[ToolInvocation, ...]
-    reply: MemoryObjectSendStream[Any]
+    reply: ReplyChannel[Any]
     context: ToolContext | None = None
 
 

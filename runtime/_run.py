@@ -9,7 +9,7 @@ A run is preparation, a loop of rounds, and assembly (DESIGN §3)::
 
 The Run's children (model, tools, judge actors) live in the Run's task group,
 inside the Run's cancel scope; they talk to it only through their mailboxes
-and the reply streams carried by each request. The Run alone changes the run
+and the reply channels carried by each request. The Run alone changes the run
 state and decides when the run ends. Ceilings are outcomes, not exceptions.
 """
 
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from tether.actors import (
     ActorCrashed,
@@ -38,6 +37,7 @@ from tether.actors import (
     ModelActor,
     ModelCall,
     ModelFailed,
+    ReplyChannel,
     RetryScheduled,
     RunTools,
     ToolActor,
@@ -49,9 +49,6 @@ from tether.actors import (
     ToolSpec,
     spawn_mailbox,
     supervise,
-)
-from tether.actors import (
-    receive as receive_fast,
 )
 from tether.providers import (
     Message,
@@ -681,7 +678,7 @@ class Run:
     async def _call_model(self, request: ModelRequest) -> ModelResponse | Termination:
         assert self._model is not None
         meter, limits = self.meter, self.agent.limits
-        send, receive = _stream(16)
+        reply: ReplyChannel[Any] = ReplyChannel(16)
         meter.model_calls += 1
         meter.provider_attempts += 1
         self._emit(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
@@ -691,67 +688,63 @@ class Run:
         seen = TokenUsage()
         price = self._price
         try:
-            with receive:
-                await self._model.send(
-                    ModelCall(
-                        request=request, max_attempts=limits.max_provider_attempts, reply=send
-                    )
-                )
-                while True:
-                    try:
-                        item = await receive_fast(receive)
-                    except anyio.EndOfStream:
-                        break
-                    if isinstance(item, UsageDelta | ModelResponse):
-                        self._charge(item.usage, seen, price)
-                        seen = item.usage
-                        if isinstance(item, ModelResponse):
-                            self._charged("model", seen, _cost(price, seen))
-                            seen = TokenUsage()
-                            self._emit(
-                                ev.ModelCallFinished,
-                                stop_reason=item.stop_reason.value,
-                                usage=item.usage,
-                                text=item.text,
-                                tool_calls=item.tool_calls,
-                                raw_stop_reason=item.raw_stop_reason,
-                                model=item.model,
-                            )
-                            return item
-                        crossed = self._crossed()
-                        if crossed is not None:
-                            # Leaving `with receive` closes the reply: the stream is cut.
-                            return crossed
-                    elif isinstance(item, RetryScheduled):
+            await self._model.send(
+                ModelCall(request=request, max_attempts=limits.max_provider_attempts, reply=reply)
+            )
+            while True:
+                try:
+                    item = await reply.receive()
+                except anyio.EndOfStream:
+                    break
+                if isinstance(item, UsageDelta | ModelResponse):
+                    self._charge(item.usage, seen, price)
+                    seen = item.usage
+                    if isinstance(item, ModelResponse):
                         self._charged("model", seen, _cost(price, seen))
                         seen = TokenUsage()
                         self._emit(
-                            ev.ProviderRetry,
-                            error_type=item.error_type,
-                            attempt=item.attempt,
-                            wait_s=item.wait_s,
-                            message=item.message,
+                            ev.ModelCallFinished,
+                            stop_reason=item.stop_reason.value,
+                            usage=item.usage,
+                            text=item.text,
+                            tool_calls=item.tool_calls,
+                            raw_stop_reason=item.raw_stop_reason,
+                            model=item.model,
                         )
-                    elif isinstance(item, AttemptStarted):
-                        meter.provider_attempts += 1
-                        self._emit(
-                            ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens
-                        )
-                    elif isinstance(item, GateWaited):
-                        self._emit(
-                            ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused"
-                        )
-                    elif isinstance(item, ModelFailed):
-                        error = item.error
-                        self._error = f"{type(error).__name__}: {error}"
-                        return Termination.PROVIDER_FAILED
-                    elif isinstance(item, ActorFailed):
-                        self._emit(ev.ChildCrashed, actor="model", error=item.error.traceback)
-                        self._error = item.error.traceback
-                        return Termination.CRASHED
+                        return item
+                    crossed = self._crossed()
+                    if crossed is not None:
+                        # Abandoning the reply (finally, below) cuts the stream.
+                        return crossed
+                elif isinstance(item, RetryScheduled):
+                    self._charged("model", seen, _cost(price, seen))
+                    seen = TokenUsage()
+                    self._emit(
+                        ev.ProviderRetry,
+                        error_type=item.error_type,
+                        attempt=item.attempt,
+                        wait_s=item.wait_s,
+                        message=item.message,
+                    )
+                elif isinstance(item, AttemptStarted):
+                    meter.provider_attempts += 1
+                    self._emit(
+                        ev.ModelCallStarted, attempt=item.attempt, max_tokens=request.max_tokens
+                    )
+                elif isinstance(item, GateWaited):
+                    self._emit(ev.ProviderWait, wait_s=item.wait_s, reason="provider gate paused")
+                elif isinstance(item, ModelFailed):
+                    error = item.error
+                    self._error = f"{type(error).__name__}: {error}"
+                    return Termination.PROVIDER_FAILED
+                elif isinstance(item, ActorFailed):
+                    self._emit(ev.ChildCrashed, actor="model", error=item.error.traceback)
+                    self._error = item.error.traceback
+                    return Termination.CRASHED
             self._error = "the model actor stopped without an answer"
             return Termination.CRASHED
         finally:
+            reply.abandon()
             self._charged("model", seen, _cost(price, seen))
 
     def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Price | None) -> None:
@@ -935,22 +928,22 @@ class Run:
 
     async def _run_tools(self, invocations: list[ToolInvocation]) -> list[ToolDone]:
         actor = self._tools_actor()
-        send, receive = _stream(len(invocations) + 1)
+        reply: ReplyChannel[Any] = ReplyChannel(len(invocations) + 1)
         # Calls sent to the tool actor and not answered yet (the run's finish
         # answers them ``cancelled`` if it ends mid-execution).
         pending = self._in_flight = {i.call.id: i.call for i in invocations}
         done: list[ToolDone] = []
-        with receive:
+        try:
             context = ToolContext(
                 run_id=self.id,
                 services=self._services,
                 remaining_tokens=least(b.remaining_tokens() for b in self._budgets),
                 remaining_cost_usd=least(b.remaining_cost() for b in self._budgets),
             )
-            await actor.send(RunTools(invocations=tuple(invocations), reply=send, context=context))
+            await actor.send(RunTools(invocations=tuple(invocations), reply=reply, context=context))
             while True:
                 try:
-                    item = await receive_fast(receive)
+                    item = await reply.receive()
                 except anyio.EndOfStream:
                     break
                 if isinstance(item, ActorFailed):
@@ -961,6 +954,8 @@ class Run:
                     self._charge_tool(call, item.output)
                 self._settle(call, item.outcome, item.content, item.attempts)
                 done.append(item)
+        finally:
+            reply.abandon()
         # Calls the actor never answered (it crashed): fail them, never replay them
         # (a tool may have side effects). The supervisor restarts the actor.
         self._in_flight = {}
@@ -1021,15 +1016,14 @@ class Run:
         limits, meter = self.agent.limits, self.meter
         self._stage_in("judge")
         candidate = Candidate(text=self._candidate, question=self.input, round=self._round)
-        send, receive = _stream(1)
-        with receive:
-            await judge.send(JudgeCandidate(candidate=candidate, reply=send))
-            try:
-                reply = await receive_fast(receive)
-            except anyio.EndOfStream:
-                reply = ActorFailed(
-                    ActorCrashed("judge", "the judge actor stopped without answering")
-                )
+        channel: ReplyChannel[Any] = ReplyChannel(1)
+        try:
+            await judge.send(JudgeCandidate(candidate=candidate, reply=channel))
+            reply = await channel.receive()
+        except anyio.EndOfStream:
+            reply = ActorFailed(ActorCrashed("judge", "the judge actor stopped without answering"))
+        finally:
+            channel.abandon()
         if isinstance(reply, ActorFailed):
             self._stage_out("judge")
             self._emit(ev.ChildCrashed, actor="judge", error=reply.error.traceback)
@@ -1155,11 +1149,6 @@ class Run:
 
 def _cost(price: Price | None, usage: TokenUsage) -> float | None:
     return None if price is None else price.cost(usage)
-
-
-def _stream(size: float) -> tuple[MemoryObjectSendStream[Any], MemoryObjectReceiveStream[Any]]:
-    """A reply stream (unsubscripted: a subscripted call goes through typing, slowly)."""
-    return anyio.create_memory_object_stream(size)
 
 
 def _canonical(arguments: Any) -> str:

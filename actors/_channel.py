@@ -1,0 +1,160 @@
+"""Reply channels and doorbells: the cheap half of an actor hop.
+
+Every request carries its own reply channel, so one is made per request, and a
+round makes two. An anyio memory object stream pair costs two objects, a shared
+state, a generic-alias call and, for each blocking receive, an ``anyio.Event``,
+a receiver record and a task lookup. :class:`ReplyChannel` is the same contract
+for the one case tether needs (one sender, one receiver) in one slotted object:
+
+- the actor ``send``\\ s (waiting while the buffer is full) or ``send_nowait``\\ s
+  (:class:`anyio.WouldBlock` when full) and ``close``\\ s when done;
+- the requester ``receive``\\ s (:class:`anyio.EndOfStream` once the actor closed
+  and the buffer is empty) and ``abandon``\\ s when it stops listening, after
+  which every send raises :class:`anyio.BrokenResourceError`;
+- a send after ``close`` raises :class:`anyio.ClosedResourceError`.
+
+An operation that can complete at once does, with no checkpoint; one that must
+wait parks its task until the other side acts, and is a cancellation point.
+
+:class:`Doorbell` wakes an actor parked on its mailbox (which stays an anyio
+memory object stream; the actor takes requests with ``receive_nowait``).
+
+Parking uses each backend's own primitive: an asyncio future (which anyio's
+cancel scopes cancel like any other await), or trio's
+``wait_task_rescheduled``/``reschedule`` pair. The backend is told apart by
+``asyncio``'s running loop, which is set only inside an asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+_running_loop = asyncio.events._get_running_loop
+
+
+class _Parking:
+    """One task at a time may park on an instance; ``_wake`` resumes it."""
+
+    __slots__ = ("_parked",)
+
+    def __init__(self) -> None:
+        # The parked task's asyncio future or trio task, or None.
+        self._parked: Any = None
+
+    async def _park(self) -> None:
+        loop = _running_loop()
+        if loop is not None:
+            future = loop.create_future()
+            self._parked = future
+            try:
+                await future
+            finally:
+                if self._parked is future:  # not yet woken: cancelled
+                    self._parked = None
+            return
+        import trio  # here: only on trio, where it is loaded already
+
+        self._parked = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _wake(self) -> None:
+        parked = self._parked
+        if parked is None:
+            return
+        self._parked = None
+        if isinstance(parked, asyncio.Future):
+            if not parked.done():
+                parked.set_result(None)
+        else:
+            import trio
+
+            trio.lowlevel.reschedule(parked)
+
+
+class Doorbell(_Parking):
+    """Wakes an actor parked on an empty mailbox."""
+
+    __slots__ = ()
+
+    async def wait(self) -> None:
+        await self._park()
+
+    def ring(self) -> None:
+        self._wake()
+
+
+class ReplyChannel(_Parking, Generic[T]):
+    """A request's reply stream: one sender (the actor), one receiver (the requester)."""
+
+    __slots__ = ("_abandoned", "_buffer", "_closed", "_size")
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._buffer: deque[T] = deque()
+        self._size = size
+        self._closed = False
+        self._abandoned = False
+
+    # ---------------------------------------------------------------- sender
+
+    def send_nowait(self, item: T) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._abandoned:
+            raise anyio.BrokenResourceError
+        if len(self._buffer) >= self._size:
+            raise anyio.WouldBlock
+        self._buffer.append(item)
+        self._wake()
+
+    async def send(self, item: T) -> None:
+        while True:
+            try:
+                self.send_nowait(item)
+                return
+            except anyio.WouldBlock:
+                pass
+            await self._park()  # until the receiver takes an item or abandons
+
+    def close(self) -> None:
+        """The sender is done: the receiver gets what is buffered, then EndOfStream."""
+        if not self._closed:
+            self._closed = True
+            self._wake()
+
+    def __enter__(self) -> ReplyChannel[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- receiver
+
+    async def receive(self) -> T:
+        buffer = self._buffer
+        while not buffer:
+            if self._closed:
+                raise anyio.EndOfStream
+            await self._park()
+        item = buffer.popleft()
+        if self._parked is not None:
+            self._wake()  # a sender waiting for room
+        return item
+
+    def abandon(self) -> None:
+        """The receiver stops listening: later sends raise BrokenResourceError."""
+        if not self._abandoned:
+            self._abandoned = True
+            self._buffer.clear()
+            self._wake()

@@ -1,0 +1,150 @@
+"""The reply channel and the doorbell: one sender, one receiver, an anyio stream's contract."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tether.actors import ReplyChannel
+from tether.actors._base import spawn_mailbox
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_items_arrive_in_order_then_end_of_stream() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(4)
+    for i in range(3):
+        channel.send_nowait(i)
+    channel.close()
+    assert [await channel.receive() for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(anyio.EndOfStream):
+        await channel.receive()
+
+
+async def test_send_after_close_is_closed_and_full_buffer_would_block() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    channel.send_nowait(1)
+    with pytest.raises(anyio.WouldBlock):
+        channel.send_nowait(2)
+    channel.close()
+    with pytest.raises(anyio.ClosedResourceError):
+        channel.send_nowait(3)
+
+
+async def test_send_after_abandon_is_broken() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    channel.abandon()
+    with pytest.raises(anyio.BrokenResourceError):
+        channel.send_nowait(1)
+    with pytest.raises(anyio.BrokenResourceError):
+        await channel.send(1)
+
+
+async def test_receiver_parks_until_a_send() -> None:
+    channel: ReplyChannel[str] = ReplyChannel(1)
+    got: list[str] = []
+
+    async def receiver() -> None:
+        got.append(await channel.receive())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(receiver)
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        assert got == []
+        channel.send_nowait("hello")
+    assert got == ["hello"]
+
+
+async def test_a_full_sender_waits_for_room_and_the_receiver_gets_everything() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(2)
+    sent: list[int] = []
+
+    async def sender() -> None:
+        with channel:
+            for i in range(10):
+                await channel.send(i)
+                sent.append(i)
+
+    received: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sender)
+        while True:
+            try:
+                received.append(await channel.receive())
+            except anyio.EndOfStream:
+                break
+            # The sender is never more than the buffer ahead of us.
+            assert len(sent) - len(received) <= 2
+    assert received == list(range(10)) == sent
+
+
+async def test_abandoning_wakes_a_blocked_sender_with_broken() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    outcome: list[str] = []
+
+    async def sender() -> None:
+        channel.send_nowait(0)
+        try:
+            await channel.send(1)  # the buffer is full: parks
+        except anyio.BrokenResourceError:
+            outcome.append("broken")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sender)
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        channel.abandon()
+    assert outcome == ["broken"]
+
+
+async def test_a_parked_receive_is_cancellable_and_the_channel_stays_usable() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    with anyio.move_on_after(0.01) as scope:
+        await channel.receive()
+    assert scope.cancelled_caught
+    channel.send_nowait(7)
+    assert await channel.receive() == 7
+
+
+async def test_a_parked_sender_is_cancellable() -> None:
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    channel.send_nowait(0)
+    with anyio.move_on_after(0.01) as scope:
+        await channel.send(1)
+    assert scope.cancelled_caught
+    assert await channel.receive() == 0
+    channel.send_nowait(2)  # room again
+    assert await channel.receive() == 2
+
+
+async def test_the_doorbell_wakes_an_actor_parked_on_its_mailbox() -> None:
+    ref, mailbox = spawn_mailbox("echo", 1)
+    served: list[int] = []
+
+    async def actor() -> None:
+        with mailbox.stream:
+            while True:
+                try:
+                    request = await mailbox.receive()
+                except anyio.EndOfStream:
+                    return
+                with request.reply:
+                    request.reply.send_nowait(request.value * 2)
+                served.append(request.value)
+
+    class Echo:
+        def __init__(self, value: int) -> None:
+            self.value = value
+            self.reply: ReplyChannel[int] = ReplyChannel(1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor)
+        for i in range(3):
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()  # the actor is parked on its doorbell
+            request = Echo(i)
+            await ref.send(request)
+            assert await request.reply.receive() == 2 * i
+        ref.close()  # rings: the actor sees the end of its mailbox and returns
+    assert served == [0, 1, 2]
