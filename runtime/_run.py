@@ -16,7 +16,6 @@ state and decides when the run ends. Ceilings are outcomes, not exceptions.
 from __future__ import annotations
 
 import json
-import math
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -156,6 +155,7 @@ class Run:
         "_candidate",
         "_catalogue",
         "_checks",
+        "_done",
         "_error",
         "_forced",
         "_in_flight",
@@ -172,8 +172,10 @@ class Run:
         "_scope",
         "_services",
         "_sink",
+        "_started",
         "_stop_requested",
         "_system",
+        "_termination",
         "_tg",
         "_tool_actor",
         "_tool_defs",
@@ -182,7 +184,6 @@ class Run:
         "_waiter",
         "agent",
         "events",
-        "finished",
         "id",
         "input",
         "messages",
@@ -207,7 +208,8 @@ class Run:
         self.messages: list[Message] = []
         self.meter = UsageMeter()
         self.result: RunResult | None = None
-        self.finished = anyio.Event()
+        # Made when someone waits for the result (most runs are awaited once, at the end).
+        self._done: anyio.Event | None = None
         self._services = services
         self._sink = services.sink
         self._round = 0
@@ -224,6 +226,8 @@ class Run:
         self._in_flight: dict[str, ToolUseBlock] = {}
         self._approvals: dict[str, Approval] = {}
         self._stop_requested = False
+        self._started: float | None = None  # when admitted (anyio.current_time())
+        self._termination: Termination | None = None  # decided by the loop
         self._forced: Hit | None = None
         limits = agent.limits
         self._budgets = [
@@ -268,6 +272,13 @@ class Run:
         """Every event from the first, then live ones, until ``RunFinished``."""
         return EventStream(self)
 
+    async def wait_finished(self) -> None:
+        """Wait until the run has its result."""
+        if self.result is None:
+            if self._done is None:
+                self._done = anyio.Event()
+            await self._done.wait()
+
     async def wait_for_event(self, count: int) -> None:
         """Wait until the run has more than ``count`` events or has finished."""
         while len(self.events) <= count and self.result is None:
@@ -298,29 +309,27 @@ class Run:
 
         A sub-agent's run passes ``admit=False``: it runs inside its parent's
         slot, so a full Runtime cannot deadlock a parent waiting on its child.
+
+        One cancel scope covers the wait for admission and the execution; the
+        run's deadline is set on it once the run is admitted.
         """
+        scope = self._scope = anyio.CancelScope()
         try:
-            with anyio.CancelScope() as queue_scope:
-                self._scope = queue_scope
+            with scope:
                 if self._cancel_reason is not None:
-                    queue_scope.cancel(f"run {self.id}: {self._cancel_reason}")
+                    scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if admit:
                     async with self._services.admission():
-                        await self._execute()
+                        await self._execute(scope)
                 else:
-                    await self._execute()
+                    await self._execute(scope)
         finally:
             if self.result is None:
-                # Cancelled while queued, or cancelled from outside the Runtime.
-                if self._forced is not None:
-                    self._finish_forced(self._forced)
-                else:
-                    self._finish(
-                        Termination.CANCELLED, self._cancel_reason or "cancelled from outside"
-                    )
+                self._conclude(self._termination, scope.cancelled_caught)
 
-    async def _execute(self) -> None:
-        limits = self.agent.limits
+    async def _execute(self, scope: anyio.CancelScope) -> None:
+        """Run the loop in the run's task group; it sets ``_termination`` unless cancelled."""
+        timeout = self.agent.limits.timeout_s
         self._emit(
             ev.RunStarted,
             agent=self.agent.name,
@@ -329,39 +338,39 @@ class Run:
             provider=getattr(self.agent.provider, "name", None),
             model=getattr(self.agent.provider, "model", None),
         )
-        started = anyio.current_time()
-        deadline = math.inf if limits.timeout_s is None else started + limits.timeout_s
-        termination: Termination | None = None
-        with anyio.CancelScope(deadline=deadline) as scope:
-            self._scope = scope
-            if self._cancel_reason is not None:
-                scope.cancel(f"run {self.id}: {self._cancel_reason}")
-            try:
-                async with anyio.create_task_group() as tg:
-                    self._start_children(tg)
-                    try:
-                        termination = await self._loop()
-                    finally:
-                        self._stop_children()
-            except Exception:
-                termination = Termination.CRASHED
-                self._error = traceback.format_exc()
-        if termination is None and self._forced is not None:
+        self._started = anyio.current_time()
+        if timeout is not None:
+            scope.deadline = self._started + timeout
+        try:
+            async with anyio.create_task_group() as tg:
+                self._start_children(tg)
+                try:
+                    # Kept on the run, not returned: a cancellation that lands
+                    # while the group exits must not lose the loop's decision.
+                    self._termination = await self._loop()
+                finally:
+                    self._stop_children()
+        except Exception:
+            self._error = traceback.format_exc()
+            self._termination = Termination.CRASHED
+
+    def _conclude(self, termination: Termination | None, caught: bool) -> None:
+        """Finish with ``termination``, or say why the run was cut short."""
+        if termination is not None:
+            self._finish(termination, self._error)
+        elif self._forced is not None:
             self._finish_forced(self._forced)
-            return
-        if termination is None:
-            if self._cancel_reason is not None:
-                termination = Termination.CANCELLED
-                self._error = self._cancel_reason
-            else:
-                termination = Termination.DEADLINE
-                self._emit(
-                    ev.CeilingHit,
-                    ceiling="timeout_s",
-                    limit=float(limits.timeout_s or 0),
-                    used=anyio.current_time() - started,
-                )
-        self._finish(termination, self._error)
+        elif self._cancel_reason is not None:
+            self._finish(Termination.CANCELLED, self._cancel_reason)
+        elif caught and self._started is not None:
+            # Nothing else cancels the run's own scope: its deadline passed.
+            timeout = float(self.agent.limits.timeout_s or 0)
+            used = anyio.current_time() - self._started
+            self._emit(ev.CeilingHit, ceiling="timeout_s", limit=timeout, used=used)
+            self._finish(Termination.DEADLINE, None)
+        else:
+            # Cancelled from outside the Runtime (the Runtime's group, a caller).
+            self._finish(Termination.CANCELLED, "cancelled from outside")
 
     def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
         # The model actor starts with the run; the tool and judge actors on first
@@ -434,7 +443,8 @@ class Run:
             events=tuple(self.events),
             error=error,
         )
-        self.finished.set()
+        if self._done is not None:
+            self._done.set()
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -696,7 +706,7 @@ class Run:
                     item = await reply.receive()
                 except anyio.EndOfStream:
                     break
-                if isinstance(item, UsageDelta | ModelResponse):
+                if isinstance(item, (UsageDelta, ModelResponse)):
                     self._charge(item.usage, seen, price)
                     seen = item.usage
                     if isinstance(item, ModelResponse):
@@ -749,15 +759,19 @@ class Run:
 
     def _charge(self, usage: TokenUsage, seen: TokenUsage, price: Price | None) -> None:
         """Charge what ``usage`` adds to ``seen`` (usage reports are cumulative)."""
-        added = TokenUsage(
-            input_tokens=max(0, usage.input_tokens - seen.input_tokens),
-            output_tokens=max(0, usage.output_tokens - seen.output_tokens),
-            cache_read_tokens=max(0, usage.cache_read_tokens - seen.cache_read_tokens),
-            cache_write_tokens=max(0, usage.cache_write_tokens - seen.cache_write_tokens),
-        )
-        input_tokens = added.input_tokens + added.cache_read_tokens + added.cache_write_tokens
-        if input_tokens or added.output_tokens:
-            self._add(input_tokens, added.output_tokens, _cost(price, added), shared=True)
+        fresh = max(0, usage.input_tokens - seen.input_tokens)
+        output = max(0, usage.output_tokens - seen.output_tokens)
+        cache_read = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
+        cache_write = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
+        input_tokens = fresh + cache_read + cache_write
+        if input_tokens or output:
+            added = TokenUsage(
+                input_tokens=fresh,
+                output_tokens=output,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            )
+            self._add(input_tokens, output, _cost(price, added), shared=True)
 
     def _charged(self, source: str, usage: TokenUsage, cost: float | None) -> None:
         """Record one charge as an event; the run's usage is the sum of these."""
@@ -934,11 +948,12 @@ class Run:
         pending = self._in_flight = {i.call.id: i.call for i in invocations}
         done: list[ToolDone] = []
         try:
+            budgets = self._budgets
             context = ToolContext(
                 run_id=self.id,
                 services=self._services,
-                remaining_tokens=least(b.remaining_tokens() for b in self._budgets),
-                remaining_cost_usd=least(b.remaining_cost() for b in self._budgets),
+                remaining_tokens=least(b.remaining_tokens() for b in budgets) if budgets else None,
+                remaining_cost_usd=least(b.remaining_cost() for b in budgets) if budgets else None,
             )
             await actor.send(RunTools(invocations=tuple(invocations), reply=reply, context=context))
             while True:
@@ -1151,9 +1166,13 @@ def _cost(price: Price | None, usage: TokenUsage) -> float | None:
     return None if price is None else price.cost(usage)
 
 
+# Made once: json.dumps with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
+
+
 def _canonical(arguments: Any) -> str:
     try:
-        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=repr)
+        return _CANONICAL(arguments)
     except (TypeError, ValueError):
         return repr(arguments)
 

@@ -100,7 +100,7 @@ class RunHandle:
         ]
 
     async def result(self) -> RunResult:
-        await self._run.finished.wait()
+        await self._run.wait_finished()
         assert self._run.result is not None
         return self._run.result
 
@@ -237,7 +237,7 @@ class Runtime:
 
     async def _wait_all(self) -> None:
         while self._runs:
-            await next(iter(self._runs.values())).finished.wait()
+            await next(iter(self._runs.values())).wait_finished()
 
     def start(
         self,

@@ -171,7 +171,7 @@ async def test_caller_cancellation_of_run_cancels_the_run() -> None:
         with anyio.move_on_after(0.05):
             await rt.run(slow, "q")
         (run,) = rt._runs.values()
-        await run.finished.wait()
+        await run.wait_finished()
         assert run.result is not None
         assert run.result.termination is tether.Termination.CANCELLED
         assert run.result.error == "the caller of Runtime.run() was cancelled"
