@@ -100,11 +100,11 @@ class EventStream:
 
     async def __anext__(self) -> ev.Event:
         run = self._run
-        if self._index >= len(run.events):
+        if self._index >= len(run.trail):
             await run.wait_for_event(self._index)
-            if self._index >= len(run.events):
+            if self._index >= len(run.trail):
                 raise StopAsyncIteration
-        event = run.events[self._index]
+        event = run.trail[self._index]
         self._index += 1
         return event
 
@@ -268,6 +268,11 @@ class Run:
         if self._sink is not None:
             self._sink(event)
 
+    @property
+    def trail(self) -> Sequence[ev.Event]:
+        """Every event so far (once finished, the result's: the run lets go of its own)."""
+        return self.events if self.result is None else self.result.events
+
     def follow(self) -> EventStream:
         """Every event from the first, then live ones, until ``RunFinished``."""
         return EventStream(self)
@@ -281,7 +286,7 @@ class Run:
 
     async def wait_for_event(self, count: int) -> None:
         """Wait until the run has more than ``count`` events or has finished."""
-        while len(self.events) <= count and self.result is None:
+        while self.result is None and len(self.events) <= count:
             if self._waiter is None:
                 self._waiter = anyio.Event()
             await self._waiter.wait()
@@ -443,6 +448,10 @@ class Run:
             events=tuple(self.events),
             error=error,
         )
+        # A finished run keeps its result, not its machinery: handles may keep
+        # thousands of finished runs, and the garbage collector walks them all.
+        self.events, self.messages = [], []
+        self._scope = self._tg = self._model = self._tool_actor = self._judge = None
         if self._done is not None:
             self._done.set()
         if self._waiter is not None:
