@@ -73,14 +73,33 @@ class ToolContext:
     remaining_cost_usd: float | None = None
 
 
-_CONTEXT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+# Inside a call, ``[the run's context, the call's id]``; the call's ToolContext
+# is built from them on first read and appended, so every read in the call
+# (its child tasks and worker threads share the list) returns that one object.
+# Racing first reads may each append one: all of them return the first.
+_CONTEXT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "tether_tool_context", default=None
 )
 
 
 def current_tool_context() -> ToolContext | None:
     """The context of the tool call running in this task, or ``None`` outside one."""
-    return _CONTEXT.get()
+    cell = _CONTEXT.get()
+    if cell is None:
+        return None
+    if len(cell) == 2:
+        run: ToolContext = cell[0]
+        cell.append(
+            ToolContext(
+                run_id=run.run_id,
+                call_id=cell[1],
+                services=run.services,
+                remaining_tokens=run.remaining_tokens,
+                remaining_cost_usd=run.remaining_cost_usd,
+            )
+        )
+    context: ToolContext = cell[2]
+    return context
 
 
 @attrs.frozen(kw_only=True)
@@ -191,15 +210,8 @@ class ToolActor:
                         request.reply.send_nowait(_cancelled(invocation))
 
     async def _run_one(self, invocation: ToolInvocation, context: ToolContext | None) -> ToolDone:
-        if context is not None:
-            context = ToolContext(
-                run_id=context.run_id,
-                call_id=invocation.call.id,
-                services=context.services,
-                remaining_tokens=context.remaining_tokens,
-                remaining_cost_usd=context.remaining_cost_usd,
-            )
-        token = _CONTEXT.set(context)
+        # What current_tool_context() builds on first use: most tools never ask.
+        token = _CONTEXT.set(None if context is None else [context, invocation.call.id])
         try:
             return await self._execute(invocation)
         finally:
@@ -207,16 +219,10 @@ class ToolActor:
 
     async def _execute(self, invocation: ToolInvocation) -> ToolDone:
         call, spec = invocation.call, invocation.spec
-
-        def done(outcome: Outcome, content: str, attempts: int) -> ToolDone:
-            return ToolDone(
-                call_id=call.id, name=call.name, outcome=outcome, content=content, attempts=attempts
-            )
-
         try:
             kwargs = spec.validate(call.input)
         except ToolArgumentsInvalid as exc:
-            return done("model_error", str(exc), 0)
+            return _done(call, "model_error", str(exc), 0)
 
         timeout = spec.timeout_s or self._settings.default_timeout_s
         attempt = 0
@@ -225,35 +231,48 @@ class ToolActor:
             failure: Outcome
             with anyio.move_on_after(timeout) as scope:
                 try:
-                    value = await self._invoke(spec, kwargs)
+                    if spec.is_async:
+                        value = await spec.fn(**kwargs)
+                    else:
+                        value = await anyio.to_thread.run_sync(
+                            functools.partial(spec.fn, **kwargs),
+                            abandon_on_cancel=True,
+                            limiter=self._threads,
+                        )
                 except Exception as exc:
                     kind = self._classify(exc)
                     message = _describe(exc)
                     if kind == "model":
-                        return done("model_error", message, attempt)
+                        return _done(call, "model_error", message, attempt)
                     if kind == "fatal":
-                        return done("fatal_error", message, attempt)
+                        return _done(call, "fatal_error", message, attempt)
                     failure = "transient_error"
                 else:
                     if isinstance(value, ToolOutput):
-                        outcome: Outcome = "model_error" if value.is_error else "ok"
-                        return attrs.evolve(done(outcome, value.content, attempt), output=value)
+                        return ToolDone(
+                            call_id=call.id,
+                            name=call.name,
+                            outcome="model_error" if value.is_error else "ok",
+                            content=value.content,
+                            attempts=attempt,
+                            output=value,
+                        )
                     try:
-                        return done("ok", serialize_result(value), attempt)
+                        content = serialize_result(value)
                     except ToolResultUnserializable as exc:
-                        return done("fatal_error", f"tool {spec.name!r}: {exc}", attempt)
+                        return _done(call, "fatal_error", f"tool {spec.name!r}: {exc}", attempt)
+                    return ToolDone(
+                        call_id=call.id,
+                        name=call.name,
+                        outcome="ok",
+                        content=content,
+                        attempts=attempt,
+                    )
             if scope.cancelled_caught:
                 failure, message = "timeout", f"tool {spec.name!r} timed out after {timeout:g}s"
             if attempt > self._max_retries:
-                return done(failure, message, attempt)
+                return _done(call, failure, message, attempt)
             await anyio.sleep(self._settings.backoff.wait(attempt))
-
-    async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-        if spec.is_async:
-            return await spec.fn(**kwargs)
-        return await anyio.to_thread.run_sync(
-            functools.partial(spec.fn, **kwargs), abandon_on_cancel=True, limiter=self._threads
-        )
 
     def _classify(self, exc: Exception) -> ErrorClass:
         try:
@@ -261,6 +280,12 @@ class ToolActor:
         except Exception:
             return "fatal"  # a broken classifier must not hide a failure as success
         return kind if kind in ("model", "transient", "fatal") else "fatal"
+
+
+def _done(call: ToolUseBlock, outcome: Outcome, content: str, attempts: int) -> ToolDone:
+    return ToolDone(
+        call_id=call.id, name=call.name, outcome=outcome, content=content, attempts=attempts
+    )
 
 
 def _cancelled(invocation: ToolInvocation) -> ToolDone:

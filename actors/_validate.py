@@ -266,40 +266,93 @@ class _Param:
     required: bool
 
 
+# The plan's marker for an ``Any`` parameter: cattrs hands any value back as is.
+_ANY: Any = object()
+
+
+def _fast_type(annotation: Any) -> Any:
+    """What lets a value skip the converter for ``annotation``, else ``None``.
+
+    For ``str``, ``int``, ``float`` and ``bool`` (also inside ``Annotated``)
+    it is that class: a value of exactly that type is one the converter
+    would hand back unchanged (``_structure_scalar``; ``float(x) is x`` for a
+    float). ``bool`` is not ``int`` here, nor ``int`` ``float``: such values,
+    subclasses and every mistake take the converter's path, so results and
+    messages stay the converter's. For ``Any`` it is :data:`_ANY`.
+    """
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if annotation is Any:
+        return _ANY
+    for scalar in (str, int, float, bool):
+        if annotation is scalar:
+            return scalar
+    return None
+
+
 @attrs.frozen
 class _Params:
     """What :meth:`ToolSpec.validate` checks arguments against."""
 
     params: tuple[_Param, ...]
+    # Derived once from ``params`` (validation runs once per tool call):
+    # ``(name, required, fast type, annotation)`` per parameter.
+    _plan: tuple[tuple[str, bool, Any, Any], ...] = attrs.field(init=False, repr=False, eq=False)
+    _known: frozenset[str] = attrs.field(init=False, repr=False, eq=False)
+    # No two parameters share a name (a hand-built schema could make two "1"s).
+    _distinct: bool = attrs.field(init=False, repr=False, eq=False)
+
+    @_plan.default
+    def _make_plan(self) -> tuple[tuple[str, bool, Any, Any], ...]:
+        return tuple(
+            (p.name, p.required, _fast_type(p.annotation), p.annotation) for p in self.params
+        )
+
+    @_known.default
+    def _make_known(self) -> frozenset[str]:
+        return frozenset(param.name for param in self.params)
+
+    @_distinct.default
+    def _make_distinct(self) -> bool:
+        return len(self._known) == len(self.params)
 
     def validate(self, tool_name: str, arguments: Any) -> dict[str, Any]:
-        prefix = f"invalid arguments for tool {tool_name!r}: "
-        if not isinstance(arguments, Mapping):
+        if type(arguments) is not dict and not isinstance(arguments, Mapping):
             raise ToolArgumentsInvalid(
-                f"{prefix}arguments must be a JSON object, "
+                f"invalid arguments for tool {tool_name!r}: arguments must be a JSON object, "
                 f"got {_json_kind(arguments)}: {_short(arguments, 200)}"
             )
         problems: list[str] = []
         result: dict[str, Any] = {}
-        for param in self.params:
-            if param.name not in arguments:
-                if param.required:
-                    problems.append(f"{param.name}: missing required argument")
+        given = 0
+        for name, required, fast, annotation in self._plan:
+            if name not in arguments:
+                if required:
+                    problems.append(f"{name}: missing required argument")
                 continue
+            given += 1
             try:
-                result[param.name] = _converter.structure(arguments[param.name], param.annotation)
+                value = arguments[name]
+                if fast is _ANY or type(value) is fast:
+                    result[name] = value  # what the converter would return (see _fast_type)
+                else:
+                    result[name] = _converter.structure(value, annotation)
             except Exception as exc:
-                problems.extend(_problems(exc, param.name))
-        known = {param.name for param in self.params}
-        unknown = [key for key in arguments if key not in known]
-        if unknown:
-            listed = ", ".join(repr(key) for key in unknown)
-            accepted = ", ".join(repr(param.name) for param in self.params)
-            plural = "s" if len(unknown) > 1 else ""
-            hint = f"accepted: {accepted}" if accepted else "this tool takes no arguments"
-            problems.append(f"unknown argument{plural} {listed} ({hint})")
+                problems.extend(_problems(exc, name))
+        # A dict with as many keys as distinct parameters it has holds no other key.
+        if not (type(arguments) is dict and given == len(arguments) and self._distinct):
+            known = self._known
+            unknown = [key for key in arguments if key not in known]
+            if unknown:
+                listed = ", ".join(repr(key) for key in unknown)
+                accepted = ", ".join(repr(param.name) for param in self.params)
+                plural = "s" if len(unknown) > 1 else ""
+                hint = f"accepted: {accepted}" if accepted else "this tool takes no arguments"
+                problems.append(f"unknown argument{plural} {listed} ({hint})")
         if problems:
-            raise ToolArgumentsInvalid(prefix + "; ".join(problems))
+            raise ToolArgumentsInvalid(
+                f"invalid arguments for tool {tool_name!r}: " + "; ".join(problems)
+            )
         return result
 
 

@@ -15,7 +15,16 @@ import pytest
 import tether
 from tests.helpers import assert_consistent, of, transitions
 from tether import events as ev
-from tether.actors import ToolSettings, default_classifier
+from tether.actors import (
+    ReplyChannel,
+    RunTools,
+    ToolActor,
+    ToolContext,
+    ToolInvocation,
+    ToolSettings,
+    current_tool_context,
+    default_classifier,
+)
 from tether.providers import (
     Backoff,
     ModelRequest,
@@ -920,3 +929,100 @@ async def test_search_tools_is_unknown_when_discovery_is_off() -> None:
     (done,) = finished(result)
     assert done.outcome == "model_error"
     assert "unknown tool" in done.content
+
+
+# ------------------------------------------------------------------ the tool context
+
+
+async def test_tool_context_is_the_calls_own_on_every_read() -> None:
+    """current_tool_context() in a call names its run and call, and is one object throughout:
+    read twice, from a child task, or in a sync tool's worker thread."""
+    seen: dict[str, list[ToolContext | None]] = {}
+
+    @tether.tool
+    async def peek(n: int) -> str:
+        """Look at the context."""
+        reads = [current_tool_context()]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _read_into(reads))
+        reads.append(current_tool_context())
+        context = reads[0]
+        assert context is not None
+        seen[context.call_id] = reads
+        return "ok"
+
+    @tether.tool
+    def peek_sync(n: int) -> str:
+        """Look at the context from a worker thread."""
+        reads = [current_tool_context(), current_tool_context()]
+        context = reads[0]
+        assert context is not None
+        seen[context.call_id] = reads
+        return "ok"
+
+    agent, _ = make(
+        [
+            tools_reply(call("peek", n=1), call("peek_sync", n=2), call("peek", n=3)),
+            tools_reply(call("peek", n=4)),
+            Reply(text="done"),
+        ],
+        [peek, peek_sync],
+        limits=tether.Limits(max_total_tokens=10_000, max_cost_usd=5.0),
+    )
+    assert current_tool_context() is None
+    result = await run(agent)
+    assert current_tool_context() is None
+    started = [e.call_id for e in of(result.events, ev.ToolCallStarted)]
+    assert sorted(seen) == sorted(started)
+    assert len(set(started)) == 4
+    for call_id, reads in seen.items():
+        first = reads[0]
+        assert all(read is first for read in reads)
+        assert first is not None
+        assert (first.run_id, first.call_id) == (result.run_id, call_id)
+        assert first.services is not None
+        assert isinstance(first.remaining_tokens, int)
+        assert first.remaining_tokens <= 10_000
+        assert first.remaining_cost_usd is not None
+        assert first.remaining_cost_usd <= 5.0
+
+
+async def _read_into(reads: list[ToolContext | None]) -> None:
+    reads.append(current_tool_context())
+
+
+async def test_tool_actor_context_per_call_and_across_retries() -> None:
+    """The ToolActor gives each call its context (the same across its retries), or None."""
+    seen: list[ToolContext | None] = []
+
+    @tether.tool
+    async def flaky(n: int) -> int:
+        """Fails once."""
+        seen.append(current_tool_context())
+        if len(seen) == 1:
+            raise tether.TransientToolError("again")
+        return n
+
+    actor = ToolActor(FAST, 2, anyio.CapacityLimiter(1))
+    services = object()
+    run_context = ToolContext(
+        run_id="r1", services=services, remaining_tokens=7, remaining_cost_usd=0.5
+    )
+    use = ToolUseBlock(id="c9", name="flaky", input={"n": 4})
+    reply: ReplyChannel[Any] = ReplyChannel(2)
+    invocation = ToolInvocation(call=use, spec=flaky)
+    await actor.handle(RunTools(invocations=(invocation,), reply=reply, context=run_context))
+    done = await reply.receive()
+    assert (done.outcome, done.content, done.attempts) == ("ok", "4", 2)
+    assert len(seen) == 2
+    assert seen[0] is seen[1]
+    assert seen[0] == ToolContext(
+        run_id="r1", call_id="c9", services=services, remaining_tokens=7, remaining_cost_usd=0.5
+    )
+    assert current_tool_context() is None
+
+    seen.clear()
+    reply = ReplyChannel(2)
+    await actor.handle(RunTools(invocations=(invocation,), reply=reply))
+    assert (await reply.receive()).attempts == 2
+    assert seen == [None, None]

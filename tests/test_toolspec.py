@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import enum
 import functools
+import json
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Optional
 
@@ -14,12 +17,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.actors._errors import ToolArgumentsInvalid, ToolError
+from tether.actors._schema import _json_converter, _json_kind
 from tether.actors._toolspec import (
     ToolResultUnserializable,
     ToolSpec,
+    _copy_schema,
     json_schema,
     serialize_result,
     tool,
+)
+from tether.actors._validate import (
+    _converter,
+    _Param,
+    _Params,
+    _params_from_schema,
+    _problems,
+    _short,
 )
 from tether.providers import ToolDef
 
@@ -649,3 +662,324 @@ def test_defaults_shown_as_json() -> None:
     assert properties["t"]["default"] == [1, 2]
     assert properties["c"]["default"] == "red"
     assert "default" not in properties["o"]
+
+
+# --- fast paths agree with the general ones ---------------------------------
+# Validation skips the converter for a value of exactly the annotated scalar
+# type (or any value for Any), and for the unknown-argument scan when a dict
+# holds only known names; serialize_result skips cattrs and json for plain
+# scalars; definition() copies a plain JSON schema without deepcopy. Each must
+# give what the general path gives, errors included.
+
+
+def _reference_validate(params: _Params, tool_name: str, arguments: Any) -> dict[str, Any]:
+    """``_Params.validate`` without its fast paths: every value through the converter."""
+    prefix = f"invalid arguments for tool {tool_name!r}: "
+    if not isinstance(arguments, Mapping):
+        raise ToolArgumentsInvalid(
+            f"{prefix}arguments must be a JSON object, "
+            f"got {_json_kind(arguments)}: {_short(arguments, 200)}"
+        )
+    problems: list[str] = []
+    result: dict[str, Any] = {}
+    for param in params.params:
+        if param.name not in arguments:
+            if param.required:
+                problems.append(f"{param.name}: missing required argument")
+            continue
+        try:
+            result[param.name] = _converter.structure(arguments[param.name], param.annotation)
+        except Exception as exc:
+            problems.extend(_problems(exc, param.name))
+    known = {param.name for param in params.params}
+    unknown = [key for key in arguments if key not in known]
+    if unknown:
+        listed = ", ".join(repr(key) for key in unknown)
+        accepted = ", ".join(repr(param.name) for param in params.params)
+        plural = "s" if len(unknown) > 1 else ""
+        hint = f"accepted: {accepted}" if accepted else "this tool takes no arguments"
+        problems.append(f"unknown argument{plural} {listed} ({hint})")
+    if problems:
+        raise ToolArgumentsInvalid(prefix + "; ".join(problems))
+    return result
+
+
+def _outcome(validate: Callable[[], dict[str, Any]], arguments: Any) -> Any:
+    """What a validation did: the values (type, repr, passed through as is) or the error."""
+    try:
+        result = validate()
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+    given = arguments if isinstance(arguments, Mapping) else {}
+    return [(k, type(v), _repr(v), v is given.get(k)) for k, v in result.items()]
+
+
+def _repr(value: Any) -> Any:
+    try:
+        return repr(value)
+    except ValueError:  # an int too long for repr(), maybe in a list: compare it as is
+        return ("no repr", value)
+
+
+class _Text(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+_HUGE = 10**5000  # too long for repr() under the default int_max_str_digits
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and the infinities included
+    st.text(max_size=5),
+    st.sampled_from([_HUGE, -_HUGE, 0.0, -0.0, 1e300, 2.0**63, _Text("t"), _Int(3), _Float(2.5)]),
+    st.sampled_from([Level.HIGH, Color.RED, Mood.HAPPY, Size.BIG]),
+)
+_VALUES = st.one_of(
+    _SCALARS,
+    st.lists(_SCALARS, max_size=3),
+    st.dictionaries(st.text(max_size=2), _SCALARS, max_size=2),
+)
+_ANNOTATIONS = st.sampled_from(
+    [
+        str,
+        int,
+        float,
+        bool,
+        Any,
+        Annotated[str, "s"],
+        Annotated[int, "n"],
+        Annotated[float, "f"],
+        Annotated[bool, "b"],
+        Annotated[Any, "a"],
+        int | None,
+        bool | int,
+        Level,
+        Literal["a", 1],
+        list[int],
+    ]
+)
+_NAMES = ("a", "b", "c")
+
+
+@st.composite
+def _params_and_arguments(draw: st.DrawFn) -> tuple[_Params, Any]:
+    names = draw(st.lists(st.sampled_from(_NAMES), unique=True, max_size=3))
+    params = _Params(tuple(_Param(n, draw(_ANNOTATIONS), draw(st.booleans())) for n in names))
+    keys = draw(st.lists(st.sampled_from([*_NAMES, "x", 1]), unique=True, max_size=4))
+    arguments = {key: draw(_VALUES) for key in keys}
+    wrap = draw(st.sampled_from([dict, types.MappingProxyType, list, lambda _: "{}", None]))
+    return params, None if wrap is None else wrap(arguments)
+
+
+@settings(database=None, max_examples=500)
+@given(case=_params_and_arguments())
+def test_property_validate_agrees_with_the_converter(case: tuple[_Params, Any]) -> None:
+    """Fast or not, validation returns what the converter alone returns, or its exact error."""
+    params, arguments = case
+    assert _outcome(lambda: params.validate("t", arguments), arguments) == _outcome(
+        lambda: _reference_validate(params, "t", arguments), arguments
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value"),
+    [
+        (int, 5),
+        (int, True),
+        (int, 5.0),
+        (int, 5.5),
+        (int, _Int(5)),
+        (int, Level.LOW),
+        (float, 2.5),
+        (float, 5),
+        (float, float("nan")),
+        pytest.param(float, _HUGE, id="float-huge-int"),
+        (float, False),
+        (bool, True),
+        (bool, 1),
+        (str, "s"),
+        (str, _Text("s")),
+        (str, Mood.HAPPY),
+        (str, 5),
+        (Annotated[int, "n"], True),
+        (Annotated[bool, "b"], 0),
+        (Any, [1]),
+        (Level, 1),
+        (Level, True),
+    ],
+)
+def test_validate_scalar_edge_cases_agree(annotation: Any, value: Any) -> None:
+    """bool is not an int, an int is a float, subclasses go to the converter: as before."""
+    params = _probe(annotation)._params
+    arguments = {"value": value}
+    assert _outcome(lambda: params.validate("probe", arguments), arguments) == _outcome(
+        lambda: _reference_validate(params, "probe", arguments), arguments
+    )
+
+
+class _Flaky(Mapping[str, Any]):
+    """A mapping that claims "a" and "b" but fails to give "a", and lists only "b"."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "a":
+            raise ValueError("no a today")
+        if key == "b":
+            return 2
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in ("a", "b")
+
+    def __iter__(self) -> Any:
+        return iter(["b"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_validate_odd_mapping_agrees() -> None:
+    """A mapping whose lookups fail, or whose keys and lookups disagree, is handled as before."""
+    params = add._params
+    arguments = _Flaky()
+    assert _outcome(lambda: params.validate("add", arguments), arguments) == _outcome(
+        lambda: _reference_validate(params, "add", arguments), arguments
+    )
+    assert "a: invalid value (no a today)" in _error(add, arguments)
+
+
+def test_validate_duplicate_parameter_names_still_report_unknown() -> None:
+    """Two parameters named alike (a hand-built schema) do not hide an unknown argument."""
+    params = _params_from_schema({"properties": {1: {}, "1": {}}})
+    assert [p.name for p in params.params] == ["1", "1"]
+    arguments = {"1": 0, "x": 1}
+    with pytest.raises(ToolArgumentsInvalid, match="unknown argument 'x'"):
+        params.validate("t", arguments)
+    assert _outcome(lambda: params.validate("t", arguments), arguments) == _outcome(
+        lambda: _reference_validate(params, "t", arguments), arguments
+    )
+
+
+def _reference_serialize(value: Any) -> str:
+    """serialize_result's general path, for every type."""
+    if type(value) is str:
+        return value
+    plain = _json_converter.unstructure(value)
+    if isinstance(plain, str):
+        return str(plain)
+    return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+
+
+def _serialized(serialize: Callable[[Any], str], value: Any) -> Any:
+    try:
+        return serialize(value)
+    except ToolResultUnserializable as exc:
+        # The message ends with the cause's: compare the causes.
+        cause = exc.__cause__
+        return ("raised", type(cause), str(cause), str(exc).endswith(f"({cause})"))
+    except Exception as exc:
+        return ("raised", type(exc), str(exc), True)
+
+
+@settings(database=None, max_examples=500)
+@given(value=_SCALARS)
+def test_property_serialize_result_fast_path_agrees(value: Any) -> None:
+    """Plain scalars serialize exactly as cattrs and json.dumps would (NaN, Infinity, -0.0...)."""
+    assert _serialized(serialize_result, value) == _serialized(_reference_serialize, value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (float("nan"), "NaN"),
+        (float("inf"), "Infinity"),
+        (float("-inf"), "-Infinity"),
+        (-0.0, "-0.0"),
+        (1e16, "1e+16"),
+        (False, "false"),
+        (-7, "-7"),
+        (_Int(3), "3"),
+        (_Float(2.5), "2.5"),
+    ],
+)
+def test_serialize_result_scalars(value: Any, expected: str) -> None:
+    """Scalars, and subclasses of them, read as JSON writes them."""
+    assert serialize_result(value) == expected == _reference_serialize(value)
+
+
+def test_serialize_result_int_too_long() -> None:
+    """An int longer than str() allows is unserializable, as json.dumps finds it."""
+    with pytest.raises(ToolResultUnserializable, match=r"type int .*Exceeds the limit"):
+        serialize_result(_HUGE)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _containers(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [value, *(c for v in value.values() for c in _containers(v))]
+    if isinstance(value, list | tuple):
+        return [value, *(c for v in value for c in _containers(v))]
+    return []
+
+
+def _assert_same_copy(original: Any, copied: Any, expected: Any) -> None:
+    """``copied`` is what deepcopy made (``expected``), sharing no container with ``original``."""
+    assert repr(copied) == repr(expected)
+    assert [type(c) for c in _containers(copied)] == [type(c) for c in _containers(expected)]
+    assert not {id(c) for c in _containers(copied)} & {id(c) for c in _containers(original)}
+
+
+@settings(database=None)
+@given(schema=st.dictionaries(st.text(max_size=3), _JSON, max_size=4))
+def test_property_schema_copy_is_a_deepcopy(schema: dict[str, Any]) -> None:
+    """A plain JSON schema is copied as deepcopy copies it, sharing nothing."""
+    _assert_same_copy(schema, _copy_schema(schema), copy.deepcopy(schema))
+
+
+class _Marker:
+    def __repr__(self) -> str:
+        return "marker"
+
+
+def test_schema_copy_leaves_the_rest_to_deepcopy() -> None:
+    """Tuples, odd keys, objects and shared parts are copied by deepcopy itself."""
+    shared: dict[str, Any] = {"type": "integer"}
+    odd = {"t": (1, [2]), 3: "int key", "o": _Marker(), "a": shared, "b": shared}
+    copied = _copy_schema(odd)
+    _assert_same_copy(odd, copied, copy.deepcopy(odd))
+    assert copied["a"] is copied["b"]  # deepcopy keeps shared parts shared
+    assert copied["o"] is not odd["o"]
+    plain_but_shared = {"a": shared, "b": [shared], "c": {"d": shared}}
+    copied = _copy_schema(plain_but_shared)
+    _assert_same_copy(plain_but_shared, copied, copy.deepcopy(plain_but_shared))
+    assert copied["a"] is copied["b"][0] is copied["c"]["d"]
+    with pytest.raises(TypeError):
+        _copy_schema(types.MappingProxyType({"a": 1}))  # as deepcopy: cannot be copied
+
+
+def test_definition_is_a_fresh_copy_every_time() -> None:
+    """A provider changing one definition's schema changes neither the spec nor the next one."""
+    first = draw.definition()
+    first.input_schema["properties"]["shape"]["properties"].clear()  # type: ignore[index]
+    first.input_schema["required"].append("x")  # type: ignore[attr-defined]
+    second = draw.definition()
+    assert second.input_schema == draw.input_schema
+    assert second.input_schema["properties"]["shape"]["properties"]
+    _assert_same_copy(draw.input_schema, second.input_schema, copy.deepcopy(draw.input_schema))
