@@ -222,7 +222,7 @@ class Run:
         self._candidate: str | None = None
         self._partial = ""
         self._trimmed = False
-        self._previous_calls: frozenset[tuple[str, str]] = frozenset()
+        self._previous_calls = _NO_CALLS
         self._in_flight: dict[str, ToolUseBlock] = {}
         self._approvals: dict[str, Approval] = {}
         self._stop_requested = False
@@ -1174,6 +1174,9 @@ class Run:
 def _cost(price: Price | None, usage: TokenUsage) -> float | None:
     return None if price is None else price.cost(usage)
 
+
+#: No tool calls yet (one shared empty set: ``frozenset()`` makes a new one each time).
+_NO_CALLS: frozenset[tuple[str, str]] = frozenset()
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
