@@ -146,9 +146,18 @@ class ModelActor:
 
     async def _stream(self, call: ModelCall, ctx: ProviderContext) -> None:
         stream = self._provider.stream(call.request, ctx)
-        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        reply = call.reply
+        try:
             async for item in stream:
-                await call.reply.send(item)
+                try:
+                    reply.send_nowait(item)
+                except anyio.WouldBlock:
+                    await reply.send(item)  # the requester is behind: wait for room
                 if isinstance(item, ModelResponse):
                     return
+        finally:
+            # What contextlib.aclosing does, without its two extra coroutines a call.
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         raise MalformedResponse("the provider's stream ended without a response")
