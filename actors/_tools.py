@@ -73,33 +73,14 @@ class ToolContext:
     remaining_cost_usd: float | None = None
 
 
-# Inside a call, ``[the run's context, the call's id]``; the call's ToolContext
-# is built from them on first read and appended, so every read in the call
-# (its child tasks and worker threads share the list) returns that one object.
-# Racing first reads may each append one: all of them return the first.
-_CONTEXT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+_CONTEXT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "tether_tool_context", default=None
 )
 
 
 def current_tool_context() -> ToolContext | None:
     """The context of the tool call running in this task, or ``None`` outside one."""
-    cell = _CONTEXT.get()
-    if cell is None:
-        return None
-    if len(cell) == 2:
-        run: ToolContext = cell[0]
-        cell.append(
-            ToolContext(
-                run_id=run.run_id,
-                call_id=cell[1],
-                services=run.services,
-                remaining_tokens=run.remaining_tokens,
-                remaining_cost_usd=run.remaining_cost_usd,
-            )
-        )
-    context: ToolContext = cell[2]
-    return context
+    return _CONTEXT.get()
 
 
 @attrs.frozen(kw_only=True)
@@ -210,8 +191,9 @@ class ToolActor:
                         request.reply.send_nowait(_cancelled(invocation))
 
     async def _run_one(self, invocation: ToolInvocation, context: ToolContext | None) -> ToolDone:
-        # What current_tool_context() builds on first use: most tools never ask.
-        token = _CONTEXT.set(None if context is None else [context, invocation.call.id])
+        if context is not None:
+            context = attrs.evolve(context, call_id=invocation.call.id)
+        token = _CONTEXT.set(context)
         try:
             return await self._execute(invocation)
         finally:
@@ -249,25 +231,13 @@ class ToolActor:
                     failure = "transient_error"
                 else:
                     if isinstance(value, ToolOutput):
-                        return ToolDone(
-                            call_id=call.id,
-                            name=call.name,
-                            outcome="model_error" if value.is_error else "ok",
-                            content=value.content,
-                            attempts=attempt,
-                            output=value,
-                        )
+                        outcome: Outcome = "model_error" if value.is_error else "ok"
+                        return _done(call, outcome, value.content, attempt, value)
                     try:
                         content = serialize_result(value)
                     except ToolResultUnserializable as exc:
                         return _done(call, "fatal_error", f"tool {spec.name!r}: {exc}", attempt)
-                    return ToolDone(
-                        call_id=call.id,
-                        name=call.name,
-                        outcome="ok",
-                        content=content,
-                        attempts=attempt,
-                    )
+                    return _done(call, "ok", content, attempt)
             if scope.cancelled_caught:
                 failure, message = "timeout", f"tool {spec.name!r} timed out after {timeout:g}s"
             if attempt > self._max_retries:
@@ -282,9 +252,20 @@ class ToolActor:
         return kind if kind in ("model", "transient", "fatal") else "fatal"
 
 
-def _done(call: ToolUseBlock, outcome: Outcome, content: str, attempts: int) -> ToolDone:
+def _done(
+    call: ToolUseBlock,
+    outcome: Outcome,
+    content: str,
+    attempts: int,
+    output: ToolOutput | None = None,
+) -> ToolDone:
     return ToolDone(
-        call_id=call.id, name=call.name, outcome=outcome, content=content, attempts=attempts
+        call_id=call.id,
+        name=call.name,
+        outcome=outcome,
+        content=content,
+        attempts=attempts,
+        output=output,
     )
 
 

@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_INF = float("inf")
 
 
 class ToolResultUnserializable(TypeError):
@@ -225,18 +224,10 @@ class ToolSpec:
 
     def definition(self) -> ToolDef:
         """What the model is told about this tool (a copy the provider may change)."""
-        # Every call still returns a schema of its own, never one shared between
-        # calls or with the spec: a run builds its definitions once (and again
-        # after discovery changes its tools), then providers put the schema
-        # into their request bodies as it is, and a custom provider may adapt it
-        # in place (strip keys a model API refuses, say). A shared copy, or a
-        # read-only view, would let one run's provider change what the next run
-        # sends, or break such a provider. The copy is cheap instead:
-        # _copy_schema walks the plain JSON tree that tool() builds.
         return ToolDef(
             name=self.name,
             description=self.description,
-            input_schema=_copy_schema(self.input_schema),
+            input_schema=copy.deepcopy(self.input_schema),
         )
 
     def validate(self, arguments: Any) -> dict[str, Any]:
@@ -250,47 +241,6 @@ class ToolSpec:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function, so a decorated function stays usable as one."""
         return self.fn(*args, **kwargs)
-
-
-class _NotPlainJson(Exception):
-    """A schema holds something _copy_json does not copy as deepcopy would."""
-
-
-def _copy_schema(schema: Mapping[str, Any]) -> Any:
-    """``copy.deepcopy(schema)``, faster for a tree of plain JSON values.
-
-    Anything else (a hand-built schema with tuples, other mappings, objects,
-    or one dict or list reachable twice, which deepcopy keeps shared) goes to
-    deepcopy itself, so the result is always what deepcopy would make.
-    """
-    try:
-        return _copy_json(schema, set())
-    except (_NotPlainJson, RecursionError):
-        return copy.deepcopy(schema)
-
-
-# What deepcopy returns as it is (and JSON can hold).
-_JSON_ATOMS = frozenset({str, int, float, bool, type(None)})
-
-
-def _copy_json(value: Any, seen: set[int]) -> Any:
-    kind = type(value)
-    if kind in _JSON_ATOMS:
-        return value
-    if kind is not dict and kind is not list:
-        raise _NotPlainJson
-    if id(value) in seen:
-        raise _NotPlainJson
-    seen.add(id(value))
-    atoms = _JSON_ATOMS
-    if kind is list:
-        return [item if type(item) in atoms else _copy_json(item, seen) for item in value]
-    copied: dict[str, Any] = {}
-    for key, item in value.items():
-        if type(key) is not str:
-            raise _NotPlainJson
-        copied[key] = item if type(item) in atoms else _copy_json(item, seen)
-    return copied
 
 
 def _make_spec(
@@ -407,24 +357,15 @@ def serialize_result(value: Any) -> str:
         return value
     kind = type(value)
     try:
-        # What the general path below makes of these exact types, without its
-        # work: cattrs hands them back as is, and json.dumps writes an int and
-        # a finite float with their reprs (an int too long for str() raises
-        # ValueError there and here alike).
+        # The general path below, without its work, for the commonest results:
+        # cattrs hands these back as they are, and json.dumps writes an int as
+        # its repr (an int too long for str() raises ValueError both ways).
         if kind is int:
             return int.__repr__(value)
         if kind is bool:
             return "true" if value else "false"
         if value is None:
             return "null"
-        if kind is float:
-            if value != value:
-                return "NaN"
-            if value == _INF:
-                return "Infinity"
-            if value == -_INF:
-                return "-Infinity"
-            return float.__repr__(value)
         plain = _json_converter.unstructure(value)
         if isinstance(plain, str):
             return str(plain)

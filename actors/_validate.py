@@ -299,8 +299,6 @@ class _Params:
     # ``(name, required, fast type, annotation)`` per parameter.
     _plan: tuple[tuple[str, bool, Any, Any], ...] = attrs.field(init=False, repr=False, eq=False)
     _known: frozenset[str] = attrs.field(init=False, repr=False, eq=False)
-    # No two parameters share a name (a hand-built schema could make two "1"s).
-    _distinct: bool = attrs.field(init=False, repr=False, eq=False)
 
     @_plan.default
     def _make_plan(self) -> tuple[tuple[str, bool, Any, Any], ...]:
@@ -312,25 +310,19 @@ class _Params:
     def _make_known(self) -> frozenset[str]:
         return frozenset(param.name for param in self.params)
 
-    @_distinct.default
-    def _make_distinct(self) -> bool:
-        return len(self._known) == len(self.params)
-
     def validate(self, tool_name: str, arguments: Any) -> dict[str, Any]:
-        if type(arguments) is not dict and not isinstance(arguments, Mapping):
+        if not isinstance(arguments, Mapping):
             raise ToolArgumentsInvalid(
                 f"invalid arguments for tool {tool_name!r}: arguments must be a JSON object, "
                 f"got {_json_kind(arguments)}: {_short(arguments, 200)}"
             )
         problems: list[str] = []
         result: dict[str, Any] = {}
-        given = 0
         for name, required, fast, annotation in self._plan:
             if name not in arguments:
                 if required:
                     problems.append(f"{name}: missing required argument")
                 continue
-            given += 1
             try:
                 value = arguments[name]
                 if fast is _ANY or type(value) is fast:
@@ -339,16 +331,14 @@ class _Params:
                     result[name] = _converter.structure(value, annotation)
             except Exception as exc:
                 problems.extend(_problems(exc, name))
-        # A dict with as many keys as distinct parameters it has holds no other key.
-        if not (type(arguments) is dict and given == len(arguments) and self._distinct):
-            known = self._known
-            unknown = [key for key in arguments if key not in known]
-            if unknown:
-                listed = ", ".join(repr(key) for key in unknown)
-                accepted = ", ".join(repr(param.name) for param in self.params)
-                plural = "s" if len(unknown) > 1 else ""
-                hint = f"accepted: {accepted}" if accepted else "this tool takes no arguments"
-                problems.append(f"unknown argument{plural} {listed} ({hint})")
+        known = self._known
+        unknown = [key for key in arguments if key not in known]
+        if unknown:
+            listed = ", ".join(repr(key) for key in unknown)
+            accepted = ", ".join(repr(param.name) for param in self.params)
+            plural = "s" if len(unknown) > 1 else ""
+            hint = f"accepted: {accepted}" if accepted else "this tool takes no arguments"
+            problems.append(f"unknown argument{plural} {listed} ({hint})")
         if problems:
             raise ToolArgumentsInvalid(
                 f"invalid arguments for tool {tool_name!r}: " + "; ".join(problems)

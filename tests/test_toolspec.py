@@ -21,7 +21,6 @@ from tether.actors._schema import _json_converter, _json_kind
 from tether.actors._toolspec import (
     ToolResultUnserializable,
     ToolSpec,
-    _copy_schema,
     json_schema,
     serialize_result,
     tool,
@@ -944,34 +943,6 @@ def _assert_same_copy(original: Any, copied: Any, expected: Any) -> None:
     assert repr(copied) == repr(expected)
     assert [type(c) for c in _containers(copied)] == [type(c) for c in _containers(expected)]
     assert not {id(c) for c in _containers(copied)} & {id(c) for c in _containers(original)}
-
-
-@settings(database=None)
-@given(schema=st.dictionaries(st.text(max_size=3), _JSON, max_size=4))
-def test_property_schema_copy_is_a_deepcopy(schema: dict[str, Any]) -> None:
-    """A plain JSON schema is copied as deepcopy copies it, sharing nothing."""
-    _assert_same_copy(schema, _copy_schema(schema), copy.deepcopy(schema))
-
-
-class _Marker:
-    def __repr__(self) -> str:
-        return "marker"
-
-
-def test_schema_copy_leaves_the_rest_to_deepcopy() -> None:
-    """Tuples, odd keys, objects and shared parts are copied by deepcopy itself."""
-    shared: dict[str, Any] = {"type": "integer"}
-    odd = {"t": (1, [2]), 3: "int key", "o": _Marker(), "a": shared, "b": shared}
-    copied = _copy_schema(odd)
-    _assert_same_copy(odd, copied, copy.deepcopy(odd))
-    assert copied["a"] is copied["b"]  # deepcopy keeps shared parts shared
-    assert copied["o"] is not odd["o"]
-    plain_but_shared = {"a": shared, "b": [shared], "c": {"d": shared}}
-    copied = _copy_schema(plain_but_shared)
-    _assert_same_copy(plain_but_shared, copied, copy.deepcopy(plain_but_shared))
-    assert copied["a"] is copied["b"][0] is copied["c"]["d"]
-    with pytest.raises(TypeError):
-        _copy_schema(types.MappingProxyType({"a": 1}))  # as deepcopy: cannot be copied
 
 
 def test_definition_is_a_fresh_copy_every_time() -> None:
