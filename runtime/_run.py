@@ -330,7 +330,7 @@ class Run:
                     await self._execute(scope)
         finally:
             if self.result is None:
-                self._conclude(self._termination, scope.cancelled_caught)
+                self._conclude(scope.cancelled_caught)
 
     async def _execute(self, scope: anyio.CancelScope) -> None:
         """Run the loop in the run's task group; it sets ``_termination`` unless cancelled."""
@@ -359,10 +359,10 @@ class Run:
             self._error = traceback.format_exc()
             self._termination = Termination.CRASHED
 
-    def _conclude(self, termination: Termination | None, caught: bool) -> None:
-        """Finish with ``termination``, or say why the run was cut short."""
-        if termination is not None:
-            self._finish(termination, self._error)
+    def _conclude(self, caught: bool) -> None:
+        """Finish with the loop's termination, or say why the run was cut short."""
+        if self._termination is not None:
+            self._finish(self._termination, self._error)
         elif self._forced is not None:
             self._finish_forced(self._forced)
         elif self._cancel_reason is not None:
