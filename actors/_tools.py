@@ -270,12 +270,8 @@ def _done(
 
 
 def _cancelled(invocation: ToolInvocation) -> ToolDone:
-    return ToolDone(
-        call_id=invocation.call.id,
-        name=invocation.call.name,
-        outcome="cancelled",
-        content="cancelled: another call of this round failed fatally",
-        attempts=0,
+    return _done(
+        invocation.call, "cancelled", "cancelled: another call of this round failed fatally", 0
     )
 
 

@@ -665,10 +665,9 @@ def test_defaults_shown_as_json() -> None:
 
 # --- fast paths agree with the general ones ---------------------------------
 # Validation skips the converter for a value of exactly the annotated scalar
-# type (or any value for Any), and for the unknown-argument scan when a dict
-# holds only known names; serialize_result skips cattrs and json for plain
-# scalars; definition() copies a plain JSON schema without deepcopy. Each must
-# give what the general path gives, errors included.
+# type (or any value for Any); serialize_result skips cattrs and json for an
+# int, a bool or None. Each must give what the general path gives, errors
+# included.
 
 
 def _reference_validate(params: _Params, tool_name: str, arguments: Any) -> dict[str, Any]:
