@@ -1,4 +1,11 @@
-"""The actor base and the run's child actors: model, tools, judge."""
+"""The actor base and the run's child actors: model, tools, judge.
+
+The public names (``__all__``) are what tools, judges and supervision
+settings need. The actors' request and reply messages (``ModelCall``,
+``RunTools``, ``JudgeCandidate`` and their replies), the mailbox plumbing and
+the child actors themselves are importable from here for the runtime, but are
+not part of the public API.
+"""
 
 from ._base import ActorFailed as ActorFailed
 from ._base import ActorRef as ActorRef
@@ -16,20 +23,50 @@ from ._gate import ProviderGate as ProviderGate
 from ._judge import JudgeActor as JudgeActor
 from ._judge import JudgeCandidate as JudgeCandidate
 from ._judge import JudgeDone as JudgeDone
+from ._judge import JudgeReply as JudgeReply
+from ._judging import Candidate as Candidate
+from ._judging import Judge as Judge
+from ._judging import Judgement as Judgement
+from ._judging import RuleJudge as RuleJudge
 from ._model import AttemptStarted as AttemptStarted
 from ._model import GateWaited as GateWaited
 from ._model import ModelActor as ModelActor
 from ._model import ModelCall as ModelCall
 from ._model import ModelFailed as ModelFailed
+from ._model import ModelReply as ModelReply
 from ._model import RetryScheduled as RetryScheduled
+from ._tools import ChildRunner as ChildRunner
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor
 from ._tools import ToolContext as ToolContext
 from ._tools import ToolDone as ToolDone
 from ._tools import ToolInvocation as ToolInvocation
 from ._tools import ToolOutput as ToolOutput
+from ._tools import ToolReply as ToolReply
 from ._tools import ToolSettings as ToolSettings
 from ._tools import current_tool_context as current_tool_context
 from ._tools import default_classifier as default_classifier
 from ._toolspec import ToolSpec as ToolSpec
 from ._toolspec import tool as tool
+
+__all__ = [
+    "ActorCrashed",
+    "ActorError",
+    "Candidate",
+    "ChildRunner",
+    "FatalToolError",
+    "Judge",
+    "Judgement",
+    "RestartPolicy",
+    "RuleJudge",
+    "ToolArgumentsInvalid",
+    "ToolContext",
+    "ToolError",
+    "ToolOutput",
+    "ToolSettings",
+    "ToolSpec",
+    "TransientToolError",
+    "current_tool_context",
+    "default_classifier",
+    "tool",
+]

@@ -108,7 +108,9 @@ class ActorRef(Generic[R]):
                 await self._mailbox.send(request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
-            raise ActorCrashed(self.name, "the actor gave up after repeated crashes") from None
+            raise ActorCrashed(
+                self.name, "the actor gave up after repeated crashes", gave_up=True
+            ) from None
         except BaseException:
             # Cancelled before delivery: nobody else will ever close the reply channel.
             request.reply.close()
@@ -145,14 +147,15 @@ async def supervise(
                 try:
                     await actor.handle(request)
                 except Exception:
-                    fail(request, ActorCrashed(name, traceback.format_exc()))
                     now = anyio.current_time()
                     if crashes is None:
                         crashes = deque()
                     while crashes and now - crashes[0] > policy.period_s:
                         crashes.popleft()
-                    if len(crashes) >= policy.max_restarts:
-                        return  # give up: closing the mailbox fails every later request
+                    gave_up = len(crashes) >= policy.max_restarts
+                    fail(request, ActorCrashed(name, traceback.format_exc(), gave_up=gave_up))
+                    if gave_up:
+                        return  # closing the mailbox fails every later request
                     crashes.append(now)
                     actor = factory()
         finally:

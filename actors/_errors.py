@@ -37,9 +37,14 @@ class ActorError(TetherError):
 
 
 class ActorCrashed(ActorError):
-    """An actor failed while handling a request; the request was not replayed."""
+    """An actor failed while handling a request; the request was not replayed.
 
-    def __init__(self, actor: str, traceback: str) -> None:
+    ``gave_up`` is true when the actor is down for good: it crashed past its
+    :class:`~tether.actors.RestartPolicy`, so no later request will be served.
+    """
+
+    def __init__(self, actor: str, traceback: str, *, gave_up: bool = False) -> None:
         super().__init__(f"actor {actor!r} crashed:\n{traceback}")
         self.actor = actor
         self.traceback = traceback
+        self.gave_up = gave_up

@@ -11,15 +11,10 @@ from typing import Any
 import attrs
 
 from tether.providers import ProviderContext, TokenUsage
-from tether.runtime._judging import Candidate, Judge, Judgement
 
+from ._base import ActorFailed
 from ._channel import ReplyChannel
-
-
-@attrs.frozen(kw_only=True)
-class JudgeCandidate:
-    candidate: Candidate
-    reply: ReplyChannel[Any]
+from ._judging import Candidate, Judge, Judgement
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +23,16 @@ class JudgeDone:
     usage: TokenUsage | None = None
     cost_usd: float | None = None
     requests: int = 0
+
+
+#: What a :class:`JudgeCandidate`'s reply channel can carry.
+JudgeReply = JudgeDone | ActorFailed
+
+
+@attrs.frozen(kw_only=True)
+class JudgeCandidate:
+    candidate: Candidate
+    reply: ReplyChannel[JudgeReply]
 
 
 class JudgeActor:

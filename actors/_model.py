@@ -15,7 +15,6 @@ cuts a stream that crossed a ceiling.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import anyio
 import attrs
@@ -29,18 +28,14 @@ from tether.providers import (
     ProviderContext,
     ProviderError,
     RateLimited,
+    TextDelta,
     TransientProviderError,
+    UsageDelta,
 )
 
+from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._gate import ProviderGate
-
-
-@attrs.frozen(kw_only=True)
-class ModelCall:
-    request: ModelRequest
-    max_attempts: int
-    reply: ReplyChannel[Any]
 
 
 @attrs.frozen(kw_only=True)
@@ -66,6 +61,34 @@ class GateWaited:
 @attrs.frozen(kw_only=True)
 class ModelFailed:
     error: BaseException
+
+
+#: Everything a :class:`ModelCall`'s reply channel can carry: the closed union
+#: the run matches on.
+ModelReply = (
+    TextDelta
+    | UsageDelta
+    | ModelResponse
+    | RetryScheduled
+    | AttemptStarted
+    | GateWaited
+    | ModelFailed
+    | ActorFailed
+)
+
+
+@attrs.frozen(kw_only=True)
+class ModelCall:
+    """Call the provider with ``request``, retrying transport errors.
+
+    ``first_attempt`` numbers the first attempt of this call: a call resent
+    after the actor crashed goes on counting from where the crash left it.
+    """
+
+    request: ModelRequest
+    max_attempts: int
+    reply: ReplyChannel[ModelReply]
+    first_attempt: int = 1
 
 
 class ProviderBug(ProviderError):
@@ -96,7 +119,7 @@ class ModelActor:
 
     async def _call(self, call: ModelCall) -> None:
         reply = call.reply
-        attempt = 0
+        attempt = call.first_attempt - 1
         while True:
             attempt += 1
             try:

@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal, Protocol
 
 import anyio
 import attrs
 
 from tether.providers import Backoff, ToolUseBlock
 
+from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
@@ -57,18 +58,31 @@ class ToolInvocation:
     spec: ToolSpec
 
 
+class ChildRunner(Protocol):
+    """The one capability a tool has on the Runtime: run an agent as a child run.
+
+    The Runtime hands it to every tool call (:attr:`ToolContext.run_child`); the
+    child runs inside the calling tool, on the parent's remaining budget, and
+    what it spent is charged to the parent through the returned
+    :class:`ToolOutput`. ``agent`` is a ``tether.Agent`` (anything else is a
+    ``TypeError``): the actors layer does not know the runtime's types.
+    """
+
+    async def __call__(self, agent: object, task: str, /) -> ToolOutput: ...
+
+
 @attrs.frozen(kw_only=True)
 class ToolContext:
     """What a running tool may know about the run that called it.
 
     Read it with :func:`current_tool_context` from inside a tool; sub-agent
-    tools use it to run a child run on the parent's remaining budget.
+    tools use :attr:`run_child` to run a child run on the parent's budget.
     """
 
     run_id: str
     call_id: str = ""
-    #: The Runtime's shared services (opaque to tools; used by sub-agents).
-    services: Any = None
+    #: Runs an agent as a child of this run (``None`` outside a Runtime).
+    run_child: ChildRunner | None = attrs.field(default=None, eq=False)
     remaining_tokens: int | None = None
     remaining_cost_usd: float | None = None
 
@@ -104,7 +118,7 @@ class ToolOutput:
 @attrs.frozen(kw_only=True)
 class RunTools:
     invocations: tuple[ToolInvocation, ...]
-    reply: ReplyChannel[Any]
+    reply: ReplyChannel[ToolReply]
     context: ToolContext | None = None
 
 
@@ -121,6 +135,10 @@ class ToolDone:
     @property
     def is_error(self) -> bool:
         return self.outcome != "ok"
+
+
+#: What a :class:`RunTools` reply channel can carry.
+ToolReply = ToolDone | ActorFailed
 
 
 @attrs.frozen(kw_only=True)
@@ -195,7 +213,7 @@ class ToolActor:
             context = ToolContext(  # not attrs.evolve: it is several times slower
                 run_id=context.run_id,
                 call_id=invocation.call.id,
-                services=context.services,
+                run_child=context.run_child,
                 remaining_tokens=context.remaining_tokens,
                 remaining_cost_usd=context.remaining_cost_usd,
             )

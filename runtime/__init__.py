@@ -1,15 +1,14 @@
 """The runtime: Runtime, the Run supervisor, state, decisions, ceilings, events, results."""
 
-from tether import events as events
+from tether.actors import Candidate as Candidate
+from tether.actors import Judge as Judge
+from tether.actors import Judgement as Judgement
+from tether.actors import RuleJudge as RuleJudge
 
 from ._agent import Agent as Agent
 from ._context import ContextStrategy as ContextStrategy
 from ._context import KeepAll as KeepAll
 from ._context import TruncateOldest as TruncateOldest
-from ._judging import Candidate as Candidate
-from ._judging import Judge as Judge
-from ._judging import Judgement as Judgement
-from ._judging import RuleJudge as RuleJudge
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
 from ._lessons import Lesson as Lesson
 from ._lessons import LessonStore as LessonStore
@@ -24,7 +23,6 @@ from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._result import RunResult as RunResult
-from ._run import RunView as RunView
 from ._runtime import BudgetExhausted as BudgetExhausted
 from ._runtime import RunHandle as RunHandle
 from ._runtime import Runtime as Runtime
@@ -32,6 +30,7 @@ from ._runtime import RuntimeClosed as RuntimeClosed
 from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import combine as combine
+from ._state import RunView as RunView
 
 __all__ = [
     "Agent",
@@ -64,5 +63,4 @@ __all__ = [
     "Usage",
     "Verdict",
     "combine",
-    "events",
 ]

@@ -7,14 +7,14 @@ from typing import Any, Literal
 
 import attrs
 
-from tether.actors import RestartPolicy, ToolSettings, ToolSpec, tool
+from tether.actors import Judge, RestartPolicy, ToolSettings, ToolSpec, tool
 from tether.providers import Provider
 
 from ._context import ContextStrategy, KeepAll
-from ._judging import Judge
 from ._lessons import LessonStore
 from ._limits import Limits
 from ._policy import PolicyLike
+from ._subagent import agent_tool
 
 Discovery = Literal["first", "auto", "off"]
 
@@ -90,6 +90,11 @@ class Agent:
         The child draws on the caller's remaining token and cost budget, is
         cancelled with it, and appears in its events (``ChildRunFinished``).
         """
-        from ._subagent import agent_tool
-
-        return agent_tool(self, name=name, description=description)
+        return agent_tool(
+            self,
+            agent_name=self.name,
+            instructions=self.instructions,
+            timeout_s=self.limits.timeout_s,
+            name=name,
+            description=description,
+        )

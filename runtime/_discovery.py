@@ -8,9 +8,10 @@ round on, quality retries included.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tether.actors import ToolSpec, tool
+from tether.providers import ToolDef
 
 #: How many tools one search returns at most.
 SEARCH_LIMIT = 5
@@ -44,3 +45,36 @@ def search_catalogue(catalogue: Iterable[ToolSpec], query: str) -> list[ToolSpec
             scored.append((-hits, order, spec))
     scored.sort(key=lambda item: (item[0], item[1]))
     return [spec for _, _, spec in scored[:SEARCH_LIMIT]]
+
+
+class ActiveTools:
+    """The tools a run offers the model now, and their definitions (built once per change).
+
+    Without discovery that is the agent's whole catalogue. With it, only
+    ``search_tools`` at first; :meth:`promote` adds what a search found.
+    """
+
+    __slots__ = ("_definitions", "catalogue", "specs")
+
+    def __init__(self, tools: Sequence[ToolSpec], discovery: bool) -> None:
+        #: What ``search_tools`` searches (empty without discovery).
+        self.catalogue: Sequence[ToolSpec] = tools if discovery else ()
+        self.specs: dict[str, ToolSpec] = (
+            {SEARCH_TOOL.name: SEARCH_TOOL} if discovery else {t.name: t for t in tools}
+        )
+        self._definitions: tuple[ToolDef, ...] | None = None
+
+    def definitions(self) -> tuple[ToolDef, ...]:
+        if self._definitions is None:
+            self._definitions = tuple(spec.definition() for spec in self.specs.values())
+        return self._definitions
+
+    def promote(self, found: Iterable[ToolSpec]) -> list[str]:
+        """Make ``found`` callable; the names that were not already."""
+        added = []
+        for spec in found:
+            if spec.name not in self.specs:
+                self.specs[spec.name] = spec
+                added.append(spec.name)
+                self._definitions = None
+        return added

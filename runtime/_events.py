@@ -30,6 +30,7 @@ Stage = Literal[
     "decide",
     "finalize",
 ]
+ChargeSource = Literal["model", "judge", "subagent"]
 ToolOutcome = Literal[
     "ok",
     "model_error",
@@ -103,7 +104,7 @@ class ProviderWait(Event):
 class UsageCharged(Event):
     """Usage charged to the run; the run's usage is the sum of these."""
 
-    source: Literal["model", "judge", "subagent"]
+    source: ChargeSource
     input_tokens: int
     output_tokens: int
     cost_usd: float | None

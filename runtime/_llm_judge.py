@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from tether.actors import Candidate, Judgement
 from tether.providers import (
     MalformedResponse,
     Message,
@@ -23,8 +24,6 @@ from tether.providers import (
     StopReason,
     TokenUsage,
 )
-
-from ._judging import Candidate, Judgement
 
 _T = TypeVar("_T")
 

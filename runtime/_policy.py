@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
+
+import tether.runtime._events as ev
+
+from ._limits import Termination
+from ._state import Decision
+from ._trail import Trail
 
 
 class PolicyPoint(enum.StrEnum):
@@ -85,3 +91,53 @@ def as_check(policy: PolicyLike) -> Callable[[PolicyPoint, Any], Awaitable[Verdi
         return result
 
     return check
+
+
+class Policies:
+    """The agent's policies, run in order at each point; records ``PolicyChecked``.
+
+    The first verdict other than allow wins. A policy that raises blocks the run
+    (fail closed). ``deny`` and ``ask`` apply to a tool call; at any other
+    point they block. The verdict is returned as a value: the caller acts on it.
+    """
+
+    __slots__ = ("_checks", "_trail")
+
+    def __init__(self, policies: Sequence[PolicyLike], trail: Trail) -> None:
+        self._checks = [as_check(p) for p in policies]
+        self._trail = trail
+
+    def __bool__(self) -> bool:
+        return bool(self._checks)
+
+    async def check(self, point: PolicyPoint, subject: Any, call_id: str | None = None) -> Verdict:
+        if not self._checks:
+            return _ALLOW
+        verdict = _ALLOW
+        for check in self._checks:
+            try:
+                verdict = await check(point, subject)
+            except Exception as exc:
+                verdict = Verdict.block(f"policy raised {type(exc).__name__}: {exc}")
+            if verdict.kind in ("deny", "ask") and point is not PolicyPoint.TOOL_CALL:
+                verdict = Verdict.block(verdict.reason or verdict.kind)
+            if verdict.kind != "allow":
+                break
+        trail = self._trail
+        trail.add(
+            ev.PolicyChecked(
+                **trail.head(),
+                point=point.value,
+                verdict=verdict.kind,
+                reason=verdict.reason,
+                call_id=call_id,
+            )
+        )
+        return verdict
+
+
+def blocked(verdict: Verdict) -> Decision:
+    """The ending a ``block`` verdict implies."""
+    return Decision.end(
+        Termination.POLICY_BLOCKED, f"blocked by policy: {verdict.reason or 'blocked'}"
+    )

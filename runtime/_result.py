@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
+import tether.runtime._events as ev
+from tether.actors import Judgement
 from tether.providers import Message
 
-from . import _events as ev
-from ._judging import Judgement
 from ._limits import Termination, Usage
 
 
@@ -61,6 +61,8 @@ def summarize(events: tuple[ev.Event, ...] | list[ev.Event]) -> str:
         return f"Model({' '.join(inside)})" if inside else "Model"
 
     for event in events:
+        if isinstance(event, ev.StageEntered | ev.StageExited) and event.stage == "finalize":
+            continue  # assembly: where the run was when it ended still counts
         if isinstance(event, ev.StageEntered):
             stage, tools, retries, answered = event.stage, 0, 0, False
         elif isinstance(event, ev.StageExited):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -12,16 +11,16 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from tether.actors import ProviderGate
-from tether.providers import Provider, TetherError
-from tether.providers._pool import HttpPool
+from tether.providers import TetherError
 
 from ._agent import Agent
 from ._budget import Budget, Hit
 from ._limits import Limits
 from ._result import RunResult
-from ._run import EventStream, Run
+from ._run import Run
+from ._services import RuntimeServices
 from ._sinks import EventSink, combine
+from ._trail import EventStream
 
 
 class BudgetExhausted(TetherError):
@@ -109,45 +108,6 @@ class RunHandle:
         return f"<RunHandle {self._run.id} {state}>"
 
 
-class RuntimeServices:
-    """What runs share inside one Runtime; the Run's window onto it."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self.http = HttpPool()
-        self.threads = anyio.CapacityLimiter(runtime.tool_threads)
-        self._gates: dict[str, ProviderGate] = {}
-        limit = runtime.max_concurrent_runs
-        self._admission = anyio.CapacityLimiter(limit) if limit else None
-        self.budget = runtime._budget
-        #: Where every run sends its events (guarded: see ``combine``), or ``None``.
-        self.sink = runtime._sink
-
-    def new_run_id(self) -> str:
-        return self._runtime.new_run_id()
-
-    def budget_crossed(self, origin: Run, hit: Hit) -> None:
-        """The Runtime's budget is spent: every other run in flight ends with its ceiling."""
-        for run in list(self._runtime._runs.values()):
-            if run is not origin:
-                run.force_end(hit)
-
-    def admission(self) -> AbstractAsyncContextManager[Any]:
-        return self._admission if self._admission is not None else nullcontext()
-
-    def gate_for(self, provider: Provider) -> ProviderGate | None:
-        key = provider.gate_key()
-        if key is None:
-            return None
-        gate = self._gates.get(key)
-        if gate is None:
-            gate = self._gates[key] = ProviderGate(self._runtime.provider_concurrency)
-        return gate
-
-    def run_finished(self, run: Run) -> None:
-        self._runtime._runs.pop(run.id, None)
-
-
 class Runtime:
     """The root supervisor: one task group for all runs, shared gates and HTTP clients.
 
@@ -208,7 +168,16 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         if self._tg is not None:
             raise RuntimeError("this Runtime is already running")
-        self._services = RuntimeServices(self)
+        self._services = RuntimeServices(
+            tool_threads=self.tool_threads,
+            max_concurrent_runs=self.max_concurrent_runs,
+            provider_concurrency=self.provider_concurrency,
+            budget=self._budget,
+            sink=self._sink,
+            new_run_id=self.new_run_id,
+            budget_spent=self._budget_spent,
+            run_finished=self._forget,
+        )
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -278,6 +247,15 @@ class Runtime:
         finally:
             if not handle.done:
                 handle.cancel("the caller of Runtime.run() was cancelled")
+
+    def _forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def _budget_spent(self, origin: str, hit: Hit) -> None:
+        # The Runtime signals its runs; no run reaches into another.
+        for run_id, run in list(self._runs.items()):
+            if run_id != origin:
+                run.force_end(hit)
 
     def new_run_id(self) -> str:
         return f"run-{self._prefix}-{next(self._ids)}"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import IO, Literal
 
-from . import _events as ev
+import tether.runtime._events as ev
 
 EventSink = Callable[[ev.Event], object]
 

@@ -15,7 +15,7 @@ from tether.providers import (
     ScriptedProvider,
     TokenUsage,
 )
-from tether.runtime._judging import Candidate, Judge
+from tether.runtime import Candidate, Judge
 from tether.runtime._llm_judge import Criterion, LLMJudge
 
 pytestmark = pytest.mark.anyio

@@ -84,7 +84,7 @@ async def test_round_order_is_the_contract() -> None:
     prep = [e.stage for e in of(result.events, ev.StageEntered) if e.round == 0]
     assert prep == ["input", "memory", "tools"]
     assert stages(result, 1) == ["context", "model", "policy", "execute", "decide"]
-    assert stages(result, 2) == ["context", "model", "policy", "judge", "decide"]
+    assert stages(result, 2) == ["context", "model", "policy", "judge", "decide", "finalize"]
     round1 = [k for k, e in zip(kinds(result.events), result.events, strict=True) if e.round == 1]
     assert round1.index("ModelCallFinished") < round1.index("ToolCallStarted")
     assert round1.index("ToolCallFinished") < round1.index("Transition")

@@ -980,7 +980,7 @@ async def test_tool_context_is_the_calls_own_on_every_read() -> None:
         assert all(read is first for read in reads)
         assert first is not None
         assert (first.run_id, first.call_id) == (result.run_id, call_id)
-        assert first.services is not None
+        assert first.run_child is not None
         assert isinstance(first.remaining_tokens, int)
         assert first.remaining_tokens <= 10_000
         assert first.remaining_cost_usd is not None
@@ -1004,9 +1004,12 @@ async def test_tool_actor_context_per_call_and_across_retries() -> None:
         return n
 
     actor = ToolActor(FAST, 2, anyio.CapacityLimiter(1))
-    services = object()
+
+    async def run_child(agent: object, task: str) -> tether.actors.ToolOutput:
+        raise AssertionError("not called")
+
     run_context = ToolContext(
-        run_id="r1", services=services, remaining_tokens=7, remaining_cost_usd=0.5
+        run_id="r1", run_child=run_child, remaining_tokens=7, remaining_cost_usd=0.5
     )
     use = ToolUseBlock(id="c9", name="flaky", input={"n": 4})
     reply: ReplyChannel[Any] = ReplyChannel(2)
@@ -1017,8 +1020,10 @@ async def test_tool_actor_context_per_call_and_across_retries() -> None:
     assert len(seen) == 2
     assert seen[0] is seen[1]
     assert seen[0] == ToolContext(
-        run_id="r1", call_id="c9", services=services, remaining_tokens=7, remaining_cost_usd=0.5
+        run_id="r1", call_id="c9", run_child=run_child, remaining_tokens=7, remaining_cost_usd=0.5
     )
+    assert seen[0] is not None
+    assert seen[0].run_child is run_child
     assert current_tool_context() is None
 
     seen.clear()

@@ -243,12 +243,16 @@ async def test_deadline_real_clock_short() -> None:
 
 
 async def test_actor_bug_ends_only_that_run_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bug inside the model actor ends that run crashed, traceback in RunFinished."""
+    """A model actor bug past the restart intensity ends that run crashed, traceback kept."""
 
     async def broken(self: ModelActor, call: Any) -> None:
         raise ZeroDivisionError("bug in the actor")
 
-    victim = tether.Agent(name="victim", provider=ScriptedProvider([Reply(text="x")]))
+    victim = tether.Agent(
+        name="victim",
+        provider=ScriptedProvider([Reply(text="x")]),
+        restart=tether.actors.RestartPolicy(max_restarts=0),
+    )
     async with tether.Runtime() as rt:
         monkeypatch.setattr(ModelActor, "handle", broken)
         result = await rt.run(victim, "q")
@@ -477,5 +481,10 @@ async def test_cancelling_a_queued_run_finishes_it_at_once() -> None:
         running.cancel("done")
     assert result.termination is tether.Termination.CANCELLED
     assert result.error == "not needed"
-    assert [type(e).__name__ for e in result.events] == ["RunFinished"]
+    # Assembly (the finalize stage) brackets every run, also one that never started.
+    assert [type(e).__name__ for e in result.events] == [
+        "StageEntered",
+        "StageExited",
+        "RunFinished",
+    ]
     assert result.usage.model_calls == 0

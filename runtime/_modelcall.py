@@ -1,0 +1,212 @@
+"""One logical model call, as the run sees it: a request to the ModelActor and its replies.
+
+The ModelActor owns transport retries (DESIGN §4); this side turns its
+replies into events and charges, and owns what the actor cannot: a ModelActor
+that crashes on a request fails it back here as a transient provider error.
+It counts as an attempt and is retried with the provider's backoff on the
+restarted actor, which carries on counting attempts where the crash left
+them. Past ``max_provider_attempts`` the run ends ``provider_failed``; when
+the actor is down for good (past its restart intensity) the run ends
+``crashed``.
+
+The reply channel carries a closed union (:data:`~tether.actors.ModelReply`),
+matched exhaustively below.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+import anyio
+import anyio.lowlevel
+
+import tether.runtime._events as ev
+from tether.actors import (
+    ActorCrashed,
+    ActorFailed,
+    ActorRef,
+    AttemptStarted,
+    GateWaited,
+    ModelCall,
+    ModelFailed,
+    ModelReply,
+    ReplyChannel,
+    RetryScheduled,
+)
+from tether.providers import (
+    Backoff,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    TokenUsage,
+    UsageDelta,
+)
+
+from ._accounting import Accounts
+from ._limits import Termination
+from ._state import Decision
+from ._trail import Trail
+
+
+class _Crashed:
+    """The actor died on the call (at attempt ``attempt``)."""
+
+    __slots__ = ("attempt", "error")
+
+    def __init__(self, error: ActorCrashed, attempt: int) -> None:
+        self.error = error
+        self.attempt = attempt
+
+
+class ModelClient:
+    """Sends a run's model calls to its ModelActor."""
+
+    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail")
+
+    def __init__(
+        self,
+        actor: ActorRef[ModelCall],
+        *,
+        trail: Trail,
+        accounts: Accounts,
+        max_attempts: int,
+        backoff: Backoff,
+    ) -> None:
+        self._actor = actor
+        self._trail = trail
+        self._accounts = accounts
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+
+    def close(self) -> None:
+        """Close the actor's mailbox: it ends once idle."""
+        self._actor.close()
+
+    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
+        """The provider's response, or the run's ending when the call cannot give one."""
+        trail, meter = self._trail, self._accounts.meter
+        meter.model_calls += 1
+        meter.provider_attempts += 1
+        trail.add(ev.ModelCallStarted(**trail.head(), attempt=1, max_tokens=request.max_tokens))
+        first = 1
+        while True:
+            outcome = await self._send(request, first)
+            if not isinstance(outcome, _Crashed):
+                return outcome
+            error, attempt = outcome.error, outcome.attempt
+            trail.add(ev.ChildCrashed(**trail.head(), actor="model", error=error.traceback))
+            if error.gave_up:
+                why = (
+                    f"the model actor gave up after repeated crashes; the last:\n{error.traceback}"
+                )
+                return Decision.end(Termination.CRASHED, why)
+            if attempt >= self._max_attempts:
+                why = f"ActorCrashed: the model actor crashed on attempt {attempt}:\n"
+                why += error.traceback
+                return Decision.end(Termination.PROVIDER_FAILED, why)
+            wait = self._backoff.wait(attempt)
+            trail.add(
+                ev.ProviderRetry(
+                    **trail.head(),
+                    error_type="actor_crashed",
+                    attempt=attempt,
+                    wait_s=wait,
+                    message="the model actor crashed on this request; it was restarted",
+                )
+            )
+            await anyio.sleep(wait)
+            first = attempt + 1
+            meter.provider_attempts += 1
+            trail.add(
+                ev.ModelCallStarted(**trail.head(), attempt=first, max_tokens=request.max_tokens)
+            )
+
+    async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision | _Crashed:
+        accounts, trail, meter = self._accounts, self._trail, self._accounts.meter
+        reply: ReplyChannel[ModelReply] = ReplyChannel(16)
+        attempt = first
+        # Usage of the current attempt charged so far (reports are cumulative). It
+        # is recorded as one UsageCharged per attempt, also when the call is cut
+        # short by a ceiling or a cancellation, so usage always equals the charges.
+        seen = TokenUsage()
+        call = ModelCall(
+            request=request, max_attempts=self._max_attempts, reply=reply, first_attempt=first
+        )
+        try:
+            try:
+                await self._actor.send(call)
+            except ActorCrashed as gone:
+                return _Crashed(gone, attempt)
+            while True:
+                try:
+                    item = await reply.receive()
+                except anyio.EndOfStream:
+                    # Closed unanswered: the run is being cancelled (the checkpoint
+                    # raises that), or the actor died with the request.
+                    await anyio.lowlevel.checkpoint()
+                    stopped = ActorCrashed("model", "the model actor stopped without an answer")
+                    return _Crashed(stopped, attempt)
+                match item:
+                    case TextDelta():
+                        pass
+                    case UsageDelta():
+                        accounts.charge_stream(item.usage, seen)
+                        seen = item.usage
+                        crossed = accounts.crossed()
+                        if crossed is not None:
+                            # Abandoning the reply (finally, below) cuts the stream.
+                            return Decision.end(crossed)
+                    case ModelResponse():
+                        accounts.charge_stream(item.usage, seen)
+                        accounts.record("model", item.usage, accounts.cost(item.usage))
+                        seen = TokenUsage()
+                        trail.add(
+                            ev.ModelCallFinished(
+                                **trail.head(),
+                                stop_reason=item.stop_reason.value,
+                                usage=item.usage,
+                                text=item.text,
+                                tool_calls=item.tool_calls,
+                                raw_stop_reason=item.raw_stop_reason,
+                                model=item.model,
+                            )
+                        )
+                        return item
+                    case RetryScheduled():
+                        accounts.record("model", seen, accounts.cost(seen))
+                        seen = TokenUsage()
+                        trail.add(
+                            ev.ProviderRetry(
+                                **trail.head(),
+                                error_type=item.error_type,
+                                attempt=item.attempt,
+                                wait_s=item.wait_s,
+                                message=item.message,
+                            )
+                        )
+                    case AttemptStarted():
+                        attempt = item.attempt
+                        meter.provider_attempts += 1
+                        trail.add(
+                            ev.ModelCallStarted(
+                                **trail.head(), attempt=item.attempt, max_tokens=request.max_tokens
+                            )
+                        )
+                    case GateWaited():
+                        trail.add(
+                            ev.ProviderWait(
+                                **trail.head(), wait_s=item.wait_s, reason="provider gate paused"
+                            )
+                        )
+                    case ModelFailed():
+                        error = item.error
+                        return Decision.end(
+                            Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}"
+                        )
+                    case ActorFailed():
+                        return _Crashed(item.error, attempt)
+                    case _:
+                        assert_never(item)
+        finally:
+            reply.abandon()
+            accounts.record("model", seen, accounts.cost(seen))

@@ -1,0 +1,68 @@
+"""What the runs of one Runtime share: the Run's window onto its Runtime.
+
+A run reaches its Runtime only through :class:`RuntimeServices`: the HTTP
+pool, the tool threads, the provider gates, admission, the shared budget, the
+event sink, and three signals back (a new run id, the shared budget spent,
+the run finished). It holds no reference to the Runtime or to other runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any
+
+import anyio
+
+import tether.runtime._events as ev
+from tether.actors import ProviderGate
+from tether.providers import Provider
+from tether.providers._pool import HttpPool
+
+from ._budget import Budget, Hit
+
+
+class RuntimeServices:
+    """Shared by every run of one Runtime."""
+
+    def __init__(
+        self,
+        *,
+        tool_threads: int,
+        max_concurrent_runs: int | None,
+        provider_concurrency: int,
+        budget: Budget | None,
+        sink: Callable[[ev.Event], object] | None,
+        new_run_id: Callable[[], str],
+        budget_spent: Callable[[str, Hit], None],
+        run_finished: Callable[[str], None],
+    ) -> None:
+        self.http = HttpPool()
+        self.threads = anyio.CapacityLimiter(tool_threads)
+        self._gates: dict[str, ProviderGate] = {}
+        self._provider_concurrency = provider_concurrency
+        self._admission = (
+            anyio.CapacityLimiter(max_concurrent_runs) if max_concurrent_runs else None
+        )
+        #: The Runtime-wide budget, charged by every run, or ``None``.
+        self.budget = budget
+        #: Where every run sends its events (guarded: see ``combine``), or ``None``.
+        self.sink = sink
+        #: A fresh run id (for sub-agents' runs).
+        self.new_run_id = new_run_id
+        #: The Runtime's budget is spent (by the run named): every other run ends.
+        self.budget_spent = budget_spent
+        #: The run named has its result.
+        self.run_finished = run_finished
+
+    def admission(self) -> AbstractAsyncContextManager[Any]:
+        return self._admission if self._admission is not None else nullcontext()
+
+    def gate_for(self, provider: Provider) -> ProviderGate | None:
+        key = provider.gate_key()
+        if key is None:
+            return None
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = ProviderGate(self._provider_concurrency)
+        return gate

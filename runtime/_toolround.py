@@ -1,0 +1,379 @@
+"""One tool round: admission, policy, approval, execution, pairing and nudges (DESIGN §7).
+
+Every call of the round is decided before any runs (repeat, unknown tool,
+the tool-call budget, the ``tool_call`` policy, approval), so a block at a
+later call stops the earlier ones too: no tool call follows a block. The
+admitted calls go to the ToolActor together; ``search_tools`` is answered
+here. Every ``tool_use`` gets exactly one ``tool_result`` with its id, in the
+model's order (the pairing rule), also when the round is cut short: the Run
+calls :meth:`ToolRound.abort` from its finish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+import tether.runtime._events as ev
+from tether.actors import (
+    ActorCrashed,
+    ActorFailed,
+    ActorRef,
+    ChildRunner,
+    ReplyChannel,
+    RunTools,
+    ToolContext,
+    ToolDone,
+    ToolError,
+    ToolInvocation,
+    ToolReply,
+    ToolSpec,
+)
+from tether.providers import Message, ToolResultBlock, ToolUseBlock
+
+from ._accounting import Accounts
+from ._discovery import SEARCH_TOOL, search_catalogue
+from ._limits import Limits, Termination
+from ._policy import Policies, PolicyPoint, blocked
+from ._state import Decision, PendingApproval, RunState
+from ._trail import Trail
+
+REPEAT_NUDGE = (
+    "You already made this exact call (same tool, same arguments) in the previous round; "
+    "its result is above. Use that result, or call with different arguments."
+)
+
+
+class Approvals:
+    """The host's answers to held tool calls, and the run's waits for them."""
+
+    __slots__ = ("_answers", "_pending")
+
+    def __init__(self, pending: dict[str, PendingApproval]) -> None:
+        self._pending = pending  # the run state's, so a checkpoint holds them
+        self._answers: dict[str, tuple[anyio.Event, list[tuple[bool, str | None]]]] = {}
+
+    def hold(self, call: ToolUseBlock, reason: str) -> None:
+        self._pending[call.id] = PendingApproval(call=call, reason=reason)
+        self._answers[call.id] = (anyio.Event(), [])
+
+    def waiting(self) -> list[PendingApproval]:
+        """The held calls not answered yet."""
+        return [p for i, p in self._pending.items() if not self._answers[i][0].is_set()]
+
+    def answer(self, call_id: str, approved: bool, note: str | None) -> None:
+        entry = self._answers.get(call_id)
+        if entry is None:
+            waiting = ", ".join(self._pending) or "none"
+            raise KeyError(f"no approval is pending for call {call_id!r} (pending: {waiting})")
+        answered, box = entry
+        if answered.is_set():
+            raise ValueError(f"call {call_id!r} was already answered")
+        box.append((approved, note))
+        answered.set()
+
+    async def wait(self, call_id: str) -> tuple[bool, str | None]:
+        answered, box = self._answers[call_id]
+        await answered.wait()
+        return box[0]
+
+    def release(self, call_id: str) -> None:
+        self._pending.pop(call_id, None)
+        self._answers.pop(call_id, None)
+
+
+class ToolRound:
+    """The tool calls of one model response, from admission to their results."""
+
+    __slots__ = (
+        "_accounts",
+        "_actor",
+        "_approvals",
+        "_calls",
+        "_catalogue",
+        "_in_flight",
+        "_limits",
+        "_policies",
+        "_results",
+        "_run_child",
+        "_state",
+        "_tools",
+        "_trail",
+        "found",
+    )
+
+    def __init__(
+        self,
+        calls: Sequence[ToolUseBlock],
+        *,
+        state: RunState,
+        tools: Mapping[str, ToolSpec],
+        catalogue: Sequence[ToolSpec],
+        limits: Limits,
+        trail: Trail,
+        accounts: Accounts,
+        policies: Policies,
+        approvals: Approvals,
+        actor: Callable[[], ActorRef[RunTools]],
+        run_child: ChildRunner | None,
+    ) -> None:
+        self._calls = calls
+        self._state = state
+        self._tools = tools
+        self._catalogue = catalogue
+        self._limits = limits
+        self._trail = trail
+        self._accounts = accounts
+        self._policies = policies
+        self._approvals = approvals
+        self._actor = actor
+        self._run_child = run_child
+        self._results: dict[str, ToolResultBlock] = {}
+        # Sent to the tool actor and not answered yet.
+        self._in_flight: dict[str, ToolUseBlock] = {}
+        #: Tools ``search_tools`` found this round (callable from the next).
+        self.found: list[ToolSpec] = []
+
+    async def run(self) -> Decision:
+        """Decide each call, run the admitted ones, pair every result; the transition.
+
+        Cut short (a cancellation), the round is left for :meth:`abort`.
+        """
+        calls, limits, meter, trail = self._calls, self._limits, self._accounts.meter, self._trail
+        state = self._state
+        previous = state.previous_calls
+        keys = [(c.name, _canonical(c.input)) for c in calls]
+        state.previous_calls = frozenset(keys)
+        admitted: list[ToolUseBlock] = []
+        asks: list[tuple[ToolUseBlock, str]] = []
+        budget_hit = False
+        for call in calls:
+            trail.add(
+                ev.ToolCallStarted(
+                    **trail.head(), call_id=call.id, name=call.name, arguments=call.input
+                )
+            )
+        for call, key in zip(calls, keys, strict=True):
+            if key in previous:
+                self._settle(call, "nudged", REPEAT_NUDGE, 0)
+            elif call.name not in self._tools:
+                known = ", ".join(sorted(self._tools)) or "none"
+                why = f"unknown tool {call.name!r}; available tools: {known}"
+                self._settle(call, "model_error", why, 0)
+            elif limits.max_tool_calls is not None and meter.tool_calls >= limits.max_tool_calls:
+                budget_hit = True
+                why = f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent"
+                self._settle(call, "denied", why, 0)
+            else:
+                verdict = await self._policies.check(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                if verdict.kind == "block":
+                    self.abort("not run: the run was blocked by a policy")
+                    return blocked(verdict)
+                if verdict.kind == "deny":
+                    self._settle(call, "denied", f"denied by policy: {verdict.reason}", 0)
+                    continue
+                meter.tool_calls += 1  # reserved now, so approvals cannot overspend
+                if verdict.kind == "ask":
+                    asks.append((call, verdict.reason or "approval required"))
+                else:
+                    admitted.append(call)
+        if asks:
+            admitted += await self._await_approvals(asks)
+        runnable: list[ToolInvocation] = []
+        for call in admitted:
+            spec = self._tools[call.name]
+            if spec is SEARCH_TOOL:
+                self._search_tools(call)
+            else:
+                runnable.append(ToolInvocation(call=call, spec=spec))
+        done = await self._execute(runnable) if runnable else []
+        if isinstance(done, Decision):
+            return done
+        self.close()
+        crossed = self._accounts.crossed()
+        if crossed is not None:
+            return Decision.end(crossed)
+        for d in done:
+            if d.outcome == "fatal_error":
+                return Decision.end(Termination.FATAL_TOOL_ERROR, f"{d.name}: {d.content}")
+        for d in done:
+            if d.outcome == "ok" and self._tools[d.name].terminal:
+                state.output = d.content
+                return Decision.end(Termination.TERMINAL_TOOL)
+        if budget_hit:
+            trail.add(
+                ev.CeilingHit(
+                    **trail.head(),
+                    ceiling="max_tool_calls",
+                    limit=limits.max_tool_calls or 0,
+                    used=meter.tool_calls,
+                )
+            )
+            return Decision.end(Termination.MAX_TOOL_CALLS)
+        return Decision("continue", "tool_use")
+
+    # ---------------------------------------------------------------- approval
+
+    async def _await_approvals(self, asks: list[tuple[ToolUseBlock, str]]) -> list[ToolUseBlock]:
+        """Wait (within the run's deadline) for the host to approve or reject each call."""
+        trail, approvals = self._trail, self._approvals
+        for call, reason in asks:
+            approvals.hold(call, reason)
+            trail.add(
+                ev.ApprovalRequested(
+                    **trail.head(),
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.input,
+                    reason=reason,
+                )
+            )
+        approved: list[ToolUseBlock] = []
+        try:
+            for call, _ in asks:
+                ok, note = await approvals.wait(call.id)
+                trail.add(
+                    ev.ApprovalAnswered(**trail.head(), call_id=call.id, approved=ok, reason=note)
+                )
+                if ok:
+                    approved.append(call)
+                else:
+                    self._accounts.meter.tool_calls -= 1
+                    self._settle(call, "denied", f"rejected by the host: {note}", 0)
+        finally:
+            for call, _ in asks:
+                approvals.release(call.id)
+        return approved
+
+    # --------------------------------------------------------------- execution
+
+    def _search_tools(self, call: ToolUseBlock) -> None:
+        """Answer ``search_tools``; what it found becomes callable in later rounds."""
+        try:
+            query = SEARCH_TOOL.validate(call.input)["query"]
+        except ToolError as exc:
+            self._settle(call, "model_error", str(exc), 1)
+            return
+        found = search_catalogue(self._catalogue, query)
+        self.found += found
+        content = json.dumps(
+            [{"name": t.name, "description": t.description} for t in found], ensure_ascii=False
+        )
+        self._settle(call, "ok", content if found else "no tool matches; try other words", 1)
+
+    async def _execute(self, invocations: list[ToolInvocation]) -> list[ToolDone] | Decision:
+        reply: ReplyChannel[ToolReply] = ReplyChannel(len(invocations) + 1)
+        pending = self._in_flight = {i.call.id: i.call for i in invocations}
+        trail, accounts = self._trail, self._accounts
+        done: list[ToolDone] = []
+        tokens, cost = accounts.remaining()
+        context = ToolContext(
+            run_id=trail.run_id,
+            run_child=self._run_child,
+            remaining_tokens=tokens,
+            remaining_cost_usd=cost,
+        )
+        gone: ActorCrashed | None = None
+        try:
+            await self._actor().send(
+                RunTools(invocations=tuple(invocations), reply=reply, context=context)
+            )
+            while True:
+                try:
+                    item = await reply.receive()
+                except anyio.EndOfStream:
+                    await anyio.lowlevel.checkpoint()  # raises if the run is being cancelled
+                    break
+                if isinstance(item, ActorFailed):
+                    gone = item.error
+                    break
+                call = pending.pop(item.call_id)
+                if item.output is not None:
+                    output = item.output
+                    if output.child_run_id is not None:
+                        trail.add(
+                            ev.ChildRunFinished(
+                                **trail.head(),
+                                call_id=call.id,
+                                child_run_id=output.child_run_id,
+                                termination=output.child_termination or "",
+                            )
+                        )
+                    accounts.charge_child(output)
+                self._settle(call, item.outcome, item.content, item.attempts)
+                done.append(item)
+        except ActorCrashed as down:
+            gone = down
+        finally:
+            reply.abandon()
+        if gone is not None:
+            trail.add(ev.ChildCrashed(**trail.head(), actor="tools", error=gone.traceback))
+        # Calls the actor never answered (it crashed): fail them, never replay them
+        # (a tool may have side effects). The supervisor restarts the actor.
+        self._in_flight = {}
+        for call in pending.values():
+            self._settle(
+                call,
+                "transient_error",
+                "the tool executor crashed; the call may not have completed and was not retried",
+                0,
+            )
+        if gone is not None and gone.gave_up:
+            self.close()
+            why = f"the tools actor gave up after repeated crashes:\n{gone.traceback}"
+            return Decision.end(Termination.CRASHED, why)
+        return done
+
+    # ----------------------------------------------------------------- pairing
+
+    def _settle(
+        self, call: ToolUseBlock, outcome: ev.ToolOutcome, content: str, attempts: int
+    ) -> None:
+        is_error = outcome != "ok"
+        trail = self._trail
+        trail.add(
+            ev.ToolCallFinished(
+                **trail.head(),
+                call_id=call.id,
+                name=call.name,
+                outcome=outcome,
+                is_error=is_error,
+                attempts=attempts,
+                content=content,
+            )
+        )
+        self._results[call.id] = ToolResultBlock(
+            tool_use_id=call.id, content=content, is_error=is_error
+        )
+
+    def abort(self, why: str) -> None:
+        """The round ends early: answer every call still without a result, then pair them."""
+        for call in self._in_flight.values():
+            self._settle(call, "cancelled", "the run ended before this call finished", 0)
+        self._in_flight = {}
+        for call in self._calls:
+            if call.id not in self._results:
+                self._settle(call, "cancelled", why, 0)
+        self.close()
+
+    def close(self) -> None:
+        """Answer the round's calls in the model's order: the pairing rule."""
+        if self._calls and len(self._results) == len(self._calls):
+            results = tuple(self._results[c.id] for c in self._calls)
+            self._state.messages.append(Message(role="user", content=results))
+            self._calls = ()
+
+
+# Made once: json.dumps with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        return _CANONICAL(arguments)
+    except (TypeError, ValueError):
+        return repr(arguments)
