@@ -1,0 +1,242 @@
+"""Cancellation wins every race: more await points, and a child that ends first.
+
+The sweep in ``test_cancellation_sweep`` cancels a run at the await points of
+a round; these add the provider gate's slot, a policy check, lesson recall and
+the middle of an HTTP read, with the same invariants. Then the race itself: a
+child that closes its reply channel because the run is being cancelled must
+never make the run end ``crashed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+import tether
+from tether import events as ev
+from tether.actors import ToolSpec
+from tether.providers import (
+    AnthropicProvider,
+    Backoff,
+    Message,
+    ModelRequest,
+    Reply,
+    ScriptedProvider,
+    ToolUseBlock,
+)
+from tether.runtime._accounting import Accounts
+from tether.runtime._limits import Limits, UsageMeter
+from tether.runtime._modelcall import ModelClient
+from tether.runtime._policy import Policies
+from tether.runtime._state import RunState
+from tether.runtime._toolround import Approvals, ToolRound
+from tether.runtime._trail import Trail
+
+from .helpers import assert_consistent, of
+from .providers.fakes import Answer, fake_server, sse_answer, sse_body
+
+pytestmark = pytest.mark.anyio
+
+Reached = Callable[[tether.RunHandle], Awaitable[None]]
+
+
+def until_event(cls: type[ev.Event]) -> Reached:
+    async def wait(handle: tether.RunHandle) -> None:
+        async for event in handle.events():
+            if isinstance(event, cls):
+                await anyio.wait_all_tasks_blocked()
+                return
+        raise AssertionError(f"no {cls.__name__}")
+
+    return wait
+
+
+def until(flag: anyio.Event) -> Reached:
+    async def wait(handle: tether.RunHandle) -> None:
+        await flag.wait()
+        await anyio.wait_all_tasks_blocked()
+
+    return wait
+
+
+async def cancel_at(agent: tether.Agent, reached: Reached, **runtime: Any) -> tether.RunResult:
+    """Start ``agent``, wait until it reaches its point, cancel it; check nothing leaked."""
+    before = {t.id for t in anyio.get_running_tasks()}
+    with anyio.fail_after(20):
+        async with tether.Runtime(**runtime) as rt:
+            handle = rt.start(agent, "q")
+            await reached(handle)
+            handle.cancel("swept")
+            result = await handle.result()
+    assert {t.id for t in anyio.get_running_tasks()} == before, "a task outlived the Runtime"
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.error == "swept"
+    assert_consistent(result)
+    return result
+
+
+async def test_cancel_in_a_policy_check() -> None:
+    """A run cancelled while an async policy decides ends cancelled."""
+    reached = anyio.Event()
+
+    async def slow(point: tether.PolicyPoint, subject: Any) -> None:
+        reached.set()
+        await anyio.sleep_forever()
+
+    agent = tether.Agent(name="p", provider=ScriptedProvider([Reply(text="x")]), policies=[slow])
+    result = await cancel_at(agent, until(reached))
+    assert not of(result.events, ev.PolicyChecked)
+
+
+async def test_cancel_in_lesson_recall() -> None:
+    """A run cancelled while its lesson store recalls ends cancelled."""
+    reached = anyio.Event()
+
+    class SlowStore(tether.InMemoryLessonStore):
+        async def recall(self, scope: str, limit: int) -> list[tether.Lesson]:
+            reached.set()
+            await anyio.sleep_forever()
+            raise AssertionError
+
+    agent = tether.Agent(name="m", provider=ScriptedProvider([Reply(text="x")]), memory=SlowStore())
+    await cancel_at(agent, until(reached))
+
+
+def stalled_stream() -> Answer:
+    """An Anthropic stream that starts, sends some text, then stalls for an hour."""
+    start = {
+        "type": "message_start",
+        "message": {"id": "m", "model": "claude-x", "content": [], "usage": {"input_tokens": 9}},
+    }
+    head = sse_body(
+        [
+            ("message_start", start),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "Hel"},
+                },
+            ),
+        ]
+    )
+    tail = sse_body([("message_stop", {"type": "message_stop"})])
+    return sse_answer(head + tail, at=[len(head)], part_delay=3600)
+
+
+async def test_cancel_mid_http_read_and_in_the_gate_queue() -> None:
+    """One run cancelled mid-HTTP-read, another while queued for the gate's only slot."""
+    before = {t.id for t in anyio.get_running_tasks()}
+    async with fake_server(stalled_stream(), stalled_stream()) as server:
+        provider = AnthropicProvider("claude-x", api_key="k", base_url=server.url)
+        agent = tether.Agent(name="h", provider=provider)
+        with anyio.fail_after(20):
+            async with tether.Runtime(provider_concurrency=1) as rt:
+                reading = rt.start(agent, "q")
+                async for event in reading.events():
+                    if isinstance(event, ev.UsageCharged | ev.ModelCallStarted):
+                        break
+                while not server.requests:
+                    await anyio.wait_all_tasks_blocked()
+                queued = rt.start(agent, "q")
+                await until_event(ev.ModelCallStarted)(queued)
+                assert len(server.requests) == 1, "the second run waits for the gate's slot"
+                queued.cancel("swept")
+                reading.cancel("swept")
+                results = [await queued.result(), await reading.result()]
+    assert {t.id for t in anyio.get_running_tasks()} == before, "a task outlived the Runtime"
+    for result in results:
+        assert result.termination is tether.Termination.CANCELLED
+        assert result.error == "swept"
+        assert_consistent(result)
+
+
+# ----------------------------------------------------------- the race itself
+
+
+class ClosingRef:
+    """An actor that closes every request's reply channel unanswered, as a cancelled one does."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def send(self, request: Any) -> None:
+        self.sent += 1
+        request.reply.close()
+
+    def close(self) -> None:
+        pass
+
+
+def accounts(trail: Trail) -> Accounts:
+    return Accounts(meter=UsageMeter(), limits=Limits(), price=None, trail=trail)
+
+
+async def test_model_reply_closed_while_cancelling_is_a_cancellation() -> None:
+    """The model actor's reply ends unanswered while the run is cancelled: cancelled, no crash."""
+    trail = Trail("r")
+    ref = ClosingRef()
+    client = ModelClient(
+        ref,  # type: ignore[arg-type]
+        trail=trail,
+        accounts=accounts(trail),
+        max_attempts=3,
+        backoff=Backoff(),
+    )
+    request = ModelRequest(system="", messages=(Message.user("q"),))
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await client.call(request)
+        raise AssertionError("the call returned inside a cancelled scope")
+    assert scope.cancelled_caught
+    assert ref.sent == 1
+    assert not of(trail.events, ev.ChildCrashed)
+
+
+async def test_tool_reply_closed_while_cancelling_is_a_cancellation() -> None:
+    """The tool actor's reply ends unanswered while the run is cancelled: no crash recorded."""
+
+    @tether.tool
+    async def work() -> str:
+        """Work."""
+        return "done"
+
+    trail = Trail("r")
+    state = RunState(run_id="r", agent="a", input="q", system="")
+    ref = ClosingRef()
+    tools: dict[str, ToolSpec] = {"work": work}
+    round_ = ToolRound(
+        [ToolUseBlock(id="c1", name="work", input={})],
+        state=state,
+        tools=tools,
+        catalogue=(),
+        limits=Limits(),
+        trail=trail,
+        accounts=accounts(trail),
+        policies=Policies([], trail),
+        approvals=Approvals(state.approvals),
+        actor=lambda: ref,  # type: ignore[arg-type,return-value]
+        run_child=None,
+    )
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await round_.run()
+        raise AssertionError("the round returned inside a cancelled scope")
+    assert scope.cancelled_caught
+    assert not of(trail.events, ev.ChildCrashed)
+    round_.abort("the run ended")
+    (finished,) = of(trail.events, ev.ToolCallFinished)
+    assert finished.outcome == "cancelled"
+    assert [type(b).__name__ for b in state.messages[-1].content] == ["ToolResultBlock"]

@@ -1,0 +1,137 @@
+"""``RunState`` is one value: it turns into JSON and back losslessly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tether
+from tether import events as ev
+from tether.actors import Judgement
+from tether.providers import (
+    Message,
+    Reply,
+    ScriptedProvider,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from tether.runtime._limits import UsageMeter
+from tether.runtime._state import PendingApproval, RunState, dump_state, load_state
+
+json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+ids = st.text(min_size=1, max_size=8)
+tool_uses = st.builds(ToolUseBlock, id=ids, name=ids, input=json_values)
+blocks = st.one_of(
+    st.builds(TextBlock, text=st.text()),
+    tool_uses,
+    st.builds(ToolResultBlock, tool_use_id=ids, content=st.text(), is_error=st.booleans()),
+)
+messages = st.builds(
+    Message,
+    role=st.sampled_from(["user", "assistant"]),
+    content=st.lists(blocks, max_size=3).map(tuple),
+)
+counts = st.integers(min_value=0, max_value=10**9)
+meters = st.builds(
+    UsageMeter,
+    input_tokens=counts,
+    output_tokens=counts,
+    cost_usd=st.floats(min_value=0, max_value=1e6),
+    unpriced=st.booleans(),
+    model_calls=counts,
+    provider_attempts=counts,
+    steps=counts,
+    tool_calls=counts,
+    quality_retries=counts,
+    continues=counts,
+)
+scores = st.dictionaries(ids, st.floats(min_value=0, max_value=1), max_size=3)
+judgements = st.builds(
+    Judgement,
+    scores=scores,
+    reasons=st.dictionaries(ids, st.text(), max_size=3),
+    passed=st.booleans(),
+    feedback=st.dictionaries(ids, st.text(), max_size=3),
+    error=st.none() | st.text(),
+)
+states = st.builds(
+    RunState,
+    run_id=ids,
+    agent=st.text(),
+    input=st.text(),
+    system=st.text(),
+    parent_run_id=st.none() | ids,
+    round=counts,
+    messages=st.lists(messages, max_size=4),
+    usage=meters,
+    lesson_ids=st.lists(ids, max_size=3).map(tuple),
+    found_tools=st.lists(ids, max_size=3),
+    discovery=st.booleans(),
+    previous_calls=st.frozensets(st.tuples(ids, st.text()), max_size=3),
+    candidate=st.none() | st.text(),
+    partial=st.text(),
+    output=st.none() | st.text(),
+    judgement=st.none() | judgements,
+    trimmed=st.booleans(),
+    approvals=st.dictionaries(
+        ids, st.builds(PendingApproval, call=tool_uses, reason=st.text()), max_size=2
+    ),
+    error=st.none() | st.text(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(states)
+def test_run_state_round_trips_through_json(state: RunState) -> None:
+    """Any RunState goes to a JSON text and back to an equal RunState."""
+    text = json.dumps(dump_state(state))
+    assert load_state(json.loads(text)) == state
+
+
+@pytest.mark.anyio
+async def test_a_parked_runs_state_round_trips() -> None:
+    """The state of a run parked on an approval, mid-round, survives JSON whole."""
+
+    @tether.tool
+    async def risky(amount: int) -> str:
+        """Needs approval."""
+        return "done"
+
+    agent = tether.Agent(
+        name="payer",
+        provider=ScriptedProvider(
+            [Reply(tool_calls=[ToolCall(name="risky", arguments={"amount": 5})]), Reply(text="ok")]
+        ),
+        tools=[risky],
+        policies=[lambda point, s: tether.Verdict.ask("check") if point == "tool_call" else None],
+    )
+    async with tether.Runtime() as rt:
+        handle = rt.start(agent, "pay")
+        async for event in handle.events():
+            if isinstance(event, ev.ApprovalRequested):
+                break
+        await anyio.wait_all_tasks_blocked()
+        state: RunState = handle._run.state  # the run's own state, mid-round
+        assert list(state.approvals) == [event.call_id]
+        assert state.round == 1
+        assert state.usage.steps == 1
+        copy = load_state(json.loads(json.dumps(dump_state(state))))
+        assert copy == state
+        handle.approve(event.call_id)
+        result = await handle.result()
+    assert result.termination is tether.Termination.ANSWERED
