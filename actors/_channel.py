@@ -3,8 +3,9 @@
 Every request carries its own reply channel, so one is made per request, and a
 round makes two. An anyio memory object stream pair costs two objects, a shared
 state, a generic-alias call and, for each blocking receive, an ``anyio.Event``,
-a receiver record and a task lookup. :class:`ReplyChannel` is the same contract
-for the one case tether needs (one sender, one receiver) in one slotted object:
+a receiver record and a task lookup. :class:`ReplyChannel` is a smaller thing
+for the one case tether needs (one sender, one receiver, a bounded buffer) in
+one slotted object. It raises anyio's exceptions where a memory stream would:
 
 - the actor ``send``\\ s (waiting while the buffer is full) or ``send_nowait``\\ s
   (:class:`anyio.WouldBlock` when full) and ``close``\\ s when done;
@@ -13,16 +14,27 @@ for the one case tether needs (one sender, one receiver) in one slotted object:
   which every send raises :class:`anyio.BrokenResourceError`;
 - a send after ``close`` raises :class:`anyio.ClosedResourceError`.
 
-An operation that can complete at once does, with no checkpoint; one that must
-wait parks its task until the other side acts, and is a cancellation point.
+It is not a memory object stream, and differs from one on purpose:
+
+- **No checkpoint on the fast path.** A send into room, or a receive of a
+  buffered item, completes at once without yielding (a memory stream yields on
+  every call). One that must wait parks its task until the other side acts,
+  and is a cancellation point. The end of the stream is a cancellation point
+  too: ``receive`` checks for a pending cancellation before it raises
+  :class:`anyio.EndOfStream`, so a requester whose scope was cancelled while the
+  actor closed sees its cancellation, not a stream that ended without an answer.
+- **The buffer holds at least one item.** A size-0 (rendezvous) channel is not
+  supported; ``ReplyChannel(0)`` raises :class:`ValueError`.
+- ``statistics()`` reports the buffer and whether each side is open, not task
+  counts (one sender and one receiver, at most one of them parked).
 
 :class:`Doorbell` wakes an actor parked on its mailbox (which stays an anyio
 memory object stream; the actor takes requests with ``receive_nowait``).
 
 Parking uses each backend's own primitive: an asyncio future (which anyio's
 cancel scopes cancel like any other await), or trio's
-``wait_task_rescheduled``/``reschedule`` pair. The backend is told apart by
-``asyncio``'s running loop, which is set only inside an asyncio event loop.
+``wait_task_rescheduled``/``reschedule`` pair. The backend is the one sniffio
+reports, as anyio itself decides it.
 """
 
 from __future__ import annotations
@@ -31,10 +43,11 @@ import asyncio
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
+import attrs
+import sniffio
 
 T = TypeVar("T")
-
-_running_loop = asyncio.events._get_running_loop
 
 
 class _Parking:
@@ -47,9 +60,8 @@ class _Parking:
         self._parked: Any = None
 
     async def _park(self) -> None:
-        loop = _running_loop()
-        if loop is not None:
-            future = loop.create_future()
+        if sniffio.current_async_library() == "asyncio":
+            future = asyncio.get_running_loop().create_future()
             self._parked = future
             try:
                 await future
@@ -93,12 +105,26 @@ class Doorbell(_Parking):
         self._wake()
 
 
+@attrs.frozen
+class ReplyStatistics:
+    """What :meth:`ReplyChannel.statistics` reports."""
+
+    current_buffer_used: int
+    max_buffer_size: int
+    sender_open: bool
+    receiver_open: bool
+    #: a task (sender or receiver) is parked on the channel
+    waiting: bool
+
+
 class ReplyChannel(_Parking, Generic[T]):
     """A request's reply stream: one sender (the actor), one receiver (the requester)."""
 
     __slots__ = ("_abandoned", "_buffer", "_closed", "_size")
 
     def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a reply channel holds at least one item, not {size}")
         super().__init__()
         # A list, not a deque: a reply holds a few items, and a deque is 600 bytes.
         self._buffer: list[T] = []
@@ -145,12 +171,23 @@ class ReplyChannel(_Parking, Generic[T]):
         buffer = self._buffer
         while not buffer:
             if self._closed:
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 raise anyio.EndOfStream
             await self._park()
         item = buffer.pop(0)
         if self._parked is not None:
             self._wake()  # a sender waiting for room
         return item
+
+    def statistics(self) -> ReplyStatistics:
+        """The buffer's fill and size, and whether each side is still open."""
+        return ReplyStatistics(
+            current_buffer_used=len(self._buffer),
+            max_buffer_size=self._size,
+            sender_open=not self._closed,
+            receiver_open=not self._abandoned,
+            waiting=self._parked is not None,
+        )
 
     def abandon(self) -> None:
         """The receiver stops listening: later sends raise BrokenResourceError."""

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.lowlevel
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -113,9 +112,8 @@ class Judging:
         except ActorCrashed as gone:
             return ActorFailed(gone)
         except anyio.EndOfStream:
-            # The actor closed the channel unanswered: the run is being cancelled
-            # (the checkpoint raises that), or the actor died with the request.
-            await anyio.lowlevel.checkpoint()
+            # Closed unanswered: the actor died with the request (a cancelled run
+            # sees its cancellation from receive instead).
             return ActorFailed(ActorCrashed("judge", "the judge actor stopped without answering"))
         finally:
             channel.abandon()

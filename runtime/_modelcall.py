@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import assert_never
 
 import anyio
-import anyio.lowlevel
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -141,9 +140,8 @@ class ModelClient:
                 try:
                     item = await reply.receive()
                 except anyio.EndOfStream:
-                    # Closed unanswered: the run is being cancelled (the checkpoint
-                    # raises that), or the actor died with the request.
-                    await anyio.lowlevel.checkpoint()
+                    # Closed unanswered: the actor died with the request (had the
+                    # run been cancelled, receive would have raised that instead).
                     stopped = ActorCrashed("model", "the model actor stopped without an answer")
                     return _Crashed(stopped, attempt)
                 match item:

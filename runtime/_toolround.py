@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -285,8 +284,7 @@ class ToolRound:
             while True:
                 try:
                     item = await reply.receive()
-                except anyio.EndOfStream:
-                    await anyio.lowlevel.checkpoint()  # raises if the run is being cancelled
+                except anyio.EndOfStream:  # closed by the actor's supervisor
                     break
                 if isinstance(item, ActorFailed):
                     gone = item.error

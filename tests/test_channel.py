@@ -1,4 +1,4 @@
-"""The reply channel and the doorbell: one sender, one receiver, an anyio stream's contract."""
+"""The reply channel and the doorbell: one sender, one receiver, a documented contract."""
 
 from __future__ import annotations
 
@@ -148,3 +148,37 @@ async def test_the_doorbell_wakes_an_actor_parked_on_its_mailbox() -> None:
             assert await request.reply.receive() == 2 * i
         ref.close()  # rings: the actor sees the end of its mailbox and returns
     assert served == [0, 1, 2]
+
+
+def test_a_size_zero_channel_is_refused_not_a_hang() -> None:
+    """ReplyChannel(0) raises ValueError at once; it does not pretend to be a rendezvous."""
+    with pytest.raises(ValueError, match="at least one item"):
+        ReplyChannel(0)
+
+
+async def test_statistics_report_the_buffer_and_both_sides() -> None:
+    """statistics() shows the fill, the size, and which side has gone."""
+    channel: ReplyChannel[int] = ReplyChannel(2)
+    channel.send_nowait(1)
+    stats = channel.statistics()
+    assert (stats.current_buffer_used, stats.max_buffer_size) == (1, 2)
+    assert stats.sender_open
+    assert stats.receiver_open
+    assert not stats.waiting
+    channel.close()
+    channel.abandon()
+    stats = channel.statistics()
+    assert not stats.sender_open
+    assert not stats.receiver_open
+    assert stats.current_buffer_used == 0
+
+
+async def test_end_of_stream_inside_a_cancelled_scope_is_the_cancellation() -> None:
+    """A requester whose scope is cancelled sees the cancellation, not EndOfStream."""
+    channel: ReplyChannel[int] = ReplyChannel(1)
+    channel.close()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await channel.receive()
+        pytest.fail("receive returned inside a cancelled scope")  # pragma: no cover
+    assert scope.cancelled_caught
