@@ -95,7 +95,7 @@ class Accounts:
         """The ceiling that forbids another model call: steps, or a spent budget."""
         limits, meter = self._limits, self.meter
         if meter.steps >= limits.max_steps:
-            self._record_hit("max_steps", limits.max_steps, meter.steps)
+            self.record_hit("max_steps", limits.max_steps, meter.steps)
             return Termination.MAX_STEPS
         for budget in self._budgets:
             hit = budget.exhausted()
@@ -120,18 +120,15 @@ class Accounts:
         return None
 
     def _hit(self, hit: Hit, budget: Budget) -> Termination:
-        self._record_hit(hit.ceiling, hit.limit, hit.used)
+        self.record_hit(hit.ceiling, hit.limit, hit.used)
         if budget is self._shared and self._on_shared_hit is not None:
             self._on_shared_hit(hit)
         return hit.termination
 
-    def _record_hit(self, ceiling: str, limit: float, used: float) -> None:
+    def record_hit(self, ceiling: str, limit: float, used: float) -> None:
+        """Record a ceiling as reached (``CeilingHit``)."""
         trail = self._trail
         trail.add(ev.CeilingHit(**trail.head(), ceiling=ceiling, limit=limit, used=used))
-
-    def record_hit(self, hit: Hit) -> None:
-        """Record a ceiling this run does not own (the Runtime's budget) as reached."""
-        self._record_hit(hit.ceiling, hit.limit, hit.used)
 
     # -------------------------------------------------------------- charges
 

@@ -32,7 +32,7 @@ from tether.actors import (
 from ._accounting import Accounts
 from ._lessons import Lesson
 from ._limits import Termination
-from ._state import Decision
+from ._state import Decision, RunState
 from ._trail import Trail
 
 if TYPE_CHECKING:
@@ -58,7 +58,17 @@ class Judging:
         self._accounts = accounts
         self._actor = actor
 
-    async def recall(self) -> list[Lesson]:
+    async def recall(self, state: RunState) -> None:
+        """Add the agent's lessons, newest first, to the run's system prompt."""
+        lessons = await self._lessons()
+        state.lesson_ids = tuple(lesson.id for lesson in lessons)
+        if lessons:
+            notes = "\n\n".join(lesson.as_prompt() for lesson in lessons)
+            state.system = (
+                f"{state.system}\n\nLessons from earlier runs (newest first):\n{notes}".lstrip()
+            )
+
+    async def _lessons(self) -> list[Lesson]:
         """The agent's lessons, newest first; none when the store fails (a store helps a run,
         it must not end it)."""
         store, limit = self._agent.memory, self._agent.recall_limit

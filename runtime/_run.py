@@ -250,7 +250,7 @@ class Run:
         if decision is not None and decision.termination is not None:
             self._finish(decision.termination, decision.error)
         elif self._forced is not None:
-            accounts.record_hit(self._forced)
+            accounts.record_hit(self._forced.ceiling, self._forced.limit, self._forced.used)
             why = f"the Runtime's budget was spent ({self._forced.ceiling})"
             self._finish(self._forced.termination, why)
         elif self._cancel_reason is not None:
@@ -259,7 +259,7 @@ class Run:
             # Nothing else cancels the run's own scope: its deadline passed.
             timeout = float(self.agent.limits.timeout_s or 0)
             used = anyio.current_time() - self._started
-            accounts.record_hit(Hit("timeout_s", timeout, used, Termination.DEADLINE))
+            accounts.record_hit("timeout_s", timeout, used)
             self._finish(Termination.DEADLINE, None)
         else:
             # Cancelled from outside the Runtime (the Runtime's group, a caller).
@@ -378,7 +378,7 @@ class Run:
             return blocked(verdict)
         with trail.stage("memory"):
             if self.agent.memory is not None:
-                await self._recall()
+                await self._judgement().recall(state)
         with trail.stage("tools"):
             self._prepare_tools()
         state.messages.append(Message.user(self.input))
@@ -460,16 +460,6 @@ class Run:
 
     # ------------------------------------------------------------ preparation
 
-    async def _recall(self) -> None:
-        lessons = await self._judgement().recall()
-        state = self.state
-        state.lesson_ids = tuple(lesson.id for lesson in lessons)
-        if lessons:
-            notes = "\n\n".join(lesson.as_prompt() for lesson in lessons)
-            state.system = (
-                f"{state.system}\n\nLessons from earlier runs (newest first):\n{notes}".lstrip()
-            )
-
     def _prepare_tools(self) -> None:
         """Choose the active tools: the whole catalogue, or ``search_tools`` first."""
         agent = self.agent
@@ -494,15 +484,7 @@ class Run:
         state.partial += response.text
         if meter.continues >= limits.max_continues:
             state.output = state.partial or None
-            trail = self.trail
-            trail.add(
-                ev.CeilingHit(
-                    **trail.head(),
-                    ceiling="max_continues",
-                    limit=limits.max_continues,
-                    used=meter.continues,
-                )
-            )
+            self.accounts.record_hit("max_continues", limits.max_continues, meter.continues)
             return Decision.end(Termination.MAX_CONTINUES)
         meter.continues += 1
         state.messages.append(Message(role="assistant", content=response.content))
