@@ -13,6 +13,7 @@ import pytest
 
 import tether
 from tether import _cli as cli
+from tether import _cli_common as cli_common
 from tether._cli_run import _with_provider, load_agent
 from tether._cli_trace import read_trace
 from tether._sync import run_sync
@@ -127,7 +128,7 @@ def test_demo_with_rich_on_a_terminal(
 ) -> None:
     """With a terminal and rich, the demo draws rich tables (and the live view)."""
     pytest.importorskip("rich")
-    monkeypatch.setattr(cli, "_stdout_is_tty", lambda: True)
+    monkeypatch.setattr(cli_common, "_stdout_is_tty", lambda: True)
     assert cli.main(["demo", "--agents", "8"]) == 0
     out = capsys.readouterr().out
     assert "tally by termination" in out
@@ -139,7 +140,7 @@ def test_demo_without_rich_prints_plain_lines(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """rich is optional: without it, a terminal gets the plain output."""
-    monkeypatch.setattr(cli, "_stdout_is_tty", lambda: True)
+    monkeypatch.setattr(cli_common, "_stdout_is_tty", lambda: True)
     for name in [m for m in sys.modules if m == "rich" or m.startswith("rich.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "rich", None)
@@ -351,7 +352,7 @@ def test_trace_with_rich(
     path = tmp_path / "run.jsonl"
     assert cli.main(["run", f"{agents_file}:answered", "q", "--trace", str(path)]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(cli, "_stdout_is_tty", lambda: True)
+    monkeypatch.setattr(cli_common, "_stdout_is_tty", lambda: True)
     assert cli.main(["trace", str(path)]) == 0
     out = capsys.readouterr().out
     assert "ModelCallFinished" in out

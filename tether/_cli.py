@@ -1,7 +1,8 @@
 """The ``tether`` command line (``python -m tether``): the parser, ``main`` and shared output.
 
 The commands live next to it: ``demo`` in :mod:`tether._cli_demo`, ``run`` in
-:mod:`tether._cli_run`, ``trace`` in :mod:`tether._cli_trace`.
+:mod:`tether._cli_run`, ``trace`` in :mod:`tether._cli_trace`; what they share
+(exit codes, errors, output helpers) in :mod:`tether._cli_common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
 a terminal; without it, or with ``--plain``, or when stdout is a pipe, every
@@ -13,71 +14,23 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TextIO
+from typing import NoReturn
 
-from tether.runtime import Termination, Usage
-from tether.runtime._sinks import JsonlSink
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-# ---------------------------------------------------------------- exit codes
-
-EXIT_OK = 0
-EXIT_LIMIT = 1
-EXIT_STOPPED = 2
-EXIT_FAILED = 3
-EXIT_USAGE = 64  # sysexits EX_USAGE
-EXIT_DATA = 65  # sysexits EX_DATAERR
-EXIT_INTERRUPTED = 130
-
-#: The exit code of ``tether run`` for each termination reason.
-EXIT_CODES: dict[Termination, int] = {
-    Termination.ANSWERED: EXIT_OK,
-    Termination.TERMINAL_TOOL: EXIT_OK,
-    Termination.QUALITY_EXHAUSTED: EXIT_LIMIT,
-    Termination.MAX_STEPS: EXIT_LIMIT,
-    Termination.MAX_TOOL_CALLS: EXIT_LIMIT,
-    Termination.MAX_CONTINUES: EXIT_LIMIT,
-    Termination.TOKEN_CEILING: EXIT_LIMIT,
-    Termination.COST_CEILING: EXIT_LIMIT,
-    Termination.DEADLINE: EXIT_LIMIT,
-    Termination.POLICY_BLOCKED: EXIT_STOPPED,
-    Termination.REFUSAL: EXIT_STOPPED,
-    Termination.CANCELLED: EXIT_STOPPED,
-    Termination.CONTEXT_EXCEEDED: EXIT_STOPPED,
-    Termination.TRUNCATED_TOOL_CALL: EXIT_STOPPED,
-    Termination.UNKNOWN_STOP_REASON: EXIT_STOPPED,
-    Termination.PROVIDER_FAILED: EXIT_FAILED,
-    Termination.FATAL_TOOL_ERROR: EXIT_FAILED,
-    Termination.CRASHED: EXIT_FAILED,
-}
-
-EPILOG = """\
-exit codes of 'tether run' (by termination class):
-  0   ok: answered, terminal_tool
-  1   quality or limits: quality_exhausted, max_steps, max_tool_calls,
-      max_continues, token_ceiling, cost_ceiling, deadline
-  2   stopped: policy_blocked, refusal, cancelled, context_exceeded,
-      truncated_tool_call, unknown_stop_reason
-  3   failed: provider_failed, fatal_tool_error, crashed
-every command:
-  64  usage error: bad arguments, a module, attribute or file not found
-  65  'tether trace': a line of the file is not a tether event
-  130 interrupted (Ctrl-C)
-"""
-
-
-class UsageError(Exception):
-    """Something the user gave is wrong: one line on stderr, exit 64."""
-
-
-class DataError(Exception):
-    """A file's content is wrong: one line on stderr, exit 65."""
+from tether._cli_common import (
+    EPILOG,
+    EXIT_DATA,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    DataError,
+    UsageError,
+    _err,
+)
+from tether._cli_demo import _cmd_demo
+from tether._cli_run import _cmd_run
+from tether._cli_trace import _cmd_trace
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,11 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # Imported here, not at the top: the command modules import their helpers from this one.
-    from tether._cli_demo import _cmd_demo
-    from tether._cli_run import _cmd_run
-    from tether._cli_trace import _cmd_trace
-
     parser = _Parser(
         prog="tether",
         description="tether: an async actor-model runtime for LLM agents (asyncio and trio).",
@@ -201,53 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---------------------------------------------------------------- output
-
-
-def _out(text: str = "") -> None:
-    _write(sys.stdout, text)
-
-
-def _err(text: str) -> None:
-    _write(sys.stderr, text)
-
-
-def _write(stream: TextIO, text: str, end: str = "\n") -> None:
-    try:
-        try:
-            stream.write(text + end)
-        except UnicodeEncodeError:
-            # A console that cannot show the summary's arrows and check marks.
-            encoding = getattr(stream, "encoding", None) or "ascii"
-            stream.write((text + end).encode(encoding, "replace").decode(encoding))
-        stream.flush()
-    except BrokenPipeError:
-        # The reader went away ('tether demo | head'): drop the rest quietly.
-        try:
-            fd = stream.fileno()
-        except (AttributeError, OSError, ValueError):
-            return
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, fd)
-        os.close(devnull)
-
-
-def _stdout_is_tty() -> bool:
-    isatty = getattr(sys.stdout, "isatty", None)
-    return bool(isatty and isatty())
-
-
-def _rich_console(plain: bool) -> Console | None:
-    """A rich console for stdout, or ``None`` for plain output."""
-    if plain or not _stdout_is_tty():
-        return None
-    try:
-        from rich.console import Console
-    except ImportError:
-        return None
-    return Console(file=sys.stdout, highlight=False)
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -255,48 +156,3 @@ def _version() -> str:
         return version("tether")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _money(cost: float | None) -> str:
-    return "unpriced" if cost is None else f"${cost:.6f}"
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _compact(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _usage_line(usage: Usage) -> str:
-    retries = usage.provider_attempts - usage.model_calls
-    parts = [
-        f"{usage.input_tokens:,} input + {usage.output_tokens:,} output tokens",
-        f"{usage.model_calls} model calls",
-        f"{usage.tool_calls} tool calls",
-    ]
-    if retries:
-        parts.append(f"{retries} provider retries")
-    if usage.quality_retries:
-        parts.append(f"{usage.quality_retries} quality retries")
-    if usage.continues:
-        parts.append(f"{usage.continues} continues")
-    return "usage: " + " · ".join(parts)
-
-
-def _open_sink(path: str | None, mode: Literal["a", "w"]) -> JsonlSink | None:
-    if path is None:
-        return None
-    try:
-        return JsonlSink(path, mode=mode)
-    except OSError as exc:
-        raise UsageError(f"cannot write the trace file {path!r}: {exc.strerror or exc}") from exc
-
-
-def _scores(scores: Any) -> str:
-    return " ".join(f"{name}={score:.2f}" for name, score in scores.items())

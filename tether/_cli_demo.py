@@ -13,9 +13,8 @@ import anyio
 import attrs
 
 from tether import events as ev
-from tether._cli import EXIT_OK, UsageError, _money, _open_sink, _out, _rich_console
-from tether.runtime import RunResult, Runtime, Termination
-from tether.runtime._sinks import JsonlSink
+from tether._cli_common import EXIT_OK, UsageError, _money, _open_sink, _out, _rich_console
+from tether.runtime import JsonlSink, RunResult, Runtime, Termination
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

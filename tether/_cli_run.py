@@ -14,7 +14,7 @@ import anyio
 import attrs
 
 from tether import events as ev
-from tether._cli import (
+from tether._cli_common import (
     EXIT_CODES,
     EXIT_OK,
     EXIT_STOPPED,
@@ -28,8 +28,7 @@ from tether._cli import (
     _write,
 )
 from tether.providers import ModelRequest, Provider, ProviderContext, Reply, ScriptedProvider
-from tether.runtime import Agent, RunResult, Runtime, Termination
-from tether.runtime._sinks import JsonlSink
+from tether.runtime import Agent, JsonlSink, RunResult, Runtime, Termination
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

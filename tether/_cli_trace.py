@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tether import events as ev
-from tether._cli import (
+from tether._cli_common import (
     EXIT_OK,
     DataError,
     UsageError,
@@ -20,7 +20,6 @@ from tether._cli import (
     _scores,
     _usage_line,
 )
-from tether.runtime._result import summarize
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -155,7 +154,7 @@ def _trace_heading(run_id: str, events: Sequence[ev.Event]) -> str:
 
 
 def _trace_footer(events: Sequence[ev.Event]) -> list[str]:
-    lines = [summarize(list(events))]
+    lines = [ev.summarize(list(events))]
     finished = next((e for e in events if isinstance(e, ev.RunFinished)), None)
     if finished is None:
         lines.append("(the run did not finish in this file)")

@@ -1,4 +1,4 @@
-"""The event classes of a run, and ``dump``/``load`` for JSON (DESIGN §12)."""
+"""The event classes of a run, ``dump``/``load`` for JSON, and ``summarize`` (DESIGN §12)."""
 
 from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
 from tether.runtime._events import ApprovalAnswered as ApprovalAnswered
@@ -26,3 +26,4 @@ from tether.runtime._events import Transition as Transition
 from tether.runtime._events import UsageCharged as UsageCharged
 from tether.runtime._events import dump as dump
 from tether.runtime._events import load as load
+from tether.runtime._result import summarize as summarize
