@@ -9,6 +9,15 @@ The clamp keeps every budget whole: a call's output is capped at what the
 tightest budget has left (in tokens, and in cost at the model's output
 price), so a call can overshoot a ceiling only by its own input.
 
+The Runtime's budget is shared by runs whose calls are in flight at once, so
+a clamp alone would promise the same remainder to each of them. There, each
+call *holds* its clamped output (tokens and their cost) before it is sent:
+the next call is clamped to what is neither charged nor held, and waits for
+room when nothing is left but others' reservations. A call's streamed output
+turns its reservation into a charge; the rest is released when the call ends,
+however it ends. So the Runtime's overshoot is bounded as a run's is: by the
+input of the calls that crossed it.
+
 Ceilings are outcomes: a check returns the :class:`~._limits.Termination` it
 implies (after recording a ``CeilingHit``), never raises.
 """
@@ -17,9 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import anyio
+import attrs
+
 import tether.runtime._events as ev
 from tether.actors import ToolOutput
-from tether.providers import Price, TokenUsage
+from tether.providers import ModelRequest, Price, TokenUsage
 
 from ._budget import Budget, Hit, least
 from ._limits import Limits, Termination, UsageMeter
@@ -32,6 +44,8 @@ class Accounts:
     __slots__ = (
         "_budgets",
         "_default_max",
+        "_held_cost",
+        "_held_tokens",
         "_limits",
         "_on_shared_hit",
         "_shared",
@@ -60,18 +74,24 @@ class Accounts:
         self._default_max = default_max_tokens
         own = Budget(max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd)
         self._budgets: Sequence[Budget] = [b for b in (own, shared) if b is not None and b.bounded]
+        # What this run's call in flight holds of the shared budget.
+        self._held_tokens = 0
+        self._held_cost = 0.0
 
     # --------------------------------------------------------------- the clamp
 
-    def clamp(self) -> int | None:
-        """The output cap that keeps every budget whole (``None``: no cap)."""
+    def clamp(self, *, held: bool = True) -> int | None:
+        """The output cap that keeps every budget whole (``None``: no cap).
+
+        ``held=False`` ignores what calls in flight hold of the shared budget.
+        """
         cap: int | None = None
         price = self.price
         for budget in self._budgets:
-            left = budget.remaining_tokens()
+            left = budget.remaining_tokens(held=held)
             if left is not None:
                 cap = left if cap is None else min(cap, left)
-            money = budget.remaining_cost()
+            money = budget.remaining_cost(held=held)
             if money is not None and price is not None and price.output > 0:
                 by_cost = int(money * 1_000_000 / price.output)
                 cap = by_cost if cap is None else min(cap, by_cost)
@@ -89,6 +109,51 @@ class Accounts:
             least(b.remaining_cost() for b in budgets),
         )
 
+    # -------------------------------------------------------- reservations
+
+    @property
+    def holds(self) -> bool:
+        """Calls must hold their output against a bounded shared budget."""
+        return self._shared is not None and self._shared in self._budgets
+
+    async def hold(self, request: ModelRequest) -> ModelRequest | Termination:
+        """Hold ``request``'s output against the shared budget (re-clamped), before sending.
+
+        Waits while the shared budget has no room left but what other calls
+        hold; a ceiling that is reached meanwhile is returned instead.
+        """
+        shared = self._shared
+        assert shared is not None
+        cap = self.clamp()
+        if cap == 0:
+            started = anyio.current_time()
+            while cap == 0 and shared.holding:
+                await shared.wait_for_room()
+                ceiling = self.before_call()
+                if ceiling is not None:
+                    return ceiling
+                cap = self.clamp()
+            trail = self._trail
+            waited = anyio.current_time() - started
+            why = "the Runtime's budget was held by other calls in flight"
+            trail.add(ev.ProviderWait(**trail.head(), wait_s=waited, reason=why))
+        price = self.price
+        tokens = cap if cap is not None and shared.max_total_tokens is not None else 0
+        cost = 0.0
+        if cap is not None and price is not None and shared.max_cost_usd is not None:
+            cost = cap * price.output / 1_000_000
+        self._held_tokens, self._held_cost = tokens, cost
+        shared.hold(tokens, cost)
+        if cap != request.max_tokens:
+            request = attrs.evolve(request, max_tokens=cap)
+        return request
+
+    def release(self) -> None:
+        """Give back what the call in flight held and did not use."""
+        if self._shared is not None and (self._held_tokens or self._held_cost):
+            self._shared.unhold(self._held_tokens, self._held_cost)
+            self._held_tokens, self._held_cost = 0, 0.0
+
     # -------------------------------------------------------------- ceilings
 
     def before_call(self) -> Termination | None:
@@ -99,7 +164,7 @@ class Accounts:
             return Termination.MAX_STEPS
         for budget in self._budgets:
             hit = budget.exhausted()
-            if hit is None and budget.max_cost_usd is not None and self.clamp() == 0:
+            if hit is None and budget.max_cost_usd is not None and self.clamp(held=False) == 0:
                 # The budget cannot buy one output token.
                 hit = Hit(
                     f"{budget.name}max_cost_usd",
@@ -138,6 +203,16 @@ class Accounts:
         for budget in self._budgets:
             if shared or budget is not self._shared:
                 budget.charge(input_tokens + output_tokens, cost)
+        if shared and (self._held_tokens or self._held_cost):
+            # Streamed output was held: the charge replaces that much of the hold.
+            tokens = min(self._held_tokens, output_tokens)
+            price = self.price
+            money = 0.0 if price is None else output_tokens * price.output / 1_000_000
+            money = min(self._held_cost, money)
+            self._held_tokens -= tokens
+            self._held_cost -= money
+            assert self._shared is not None
+            self._shared.unhold(tokens, money)
 
     def charge_stream(self, usage: TokenUsage, seen: TokenUsage) -> None:
         """Charge what ``usage`` adds to ``seen`` (a stream's usage reports are cumulative)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
+import anyio
 import attrs
 
 from ._limits import Termination
@@ -35,6 +36,12 @@ class Budget:
     ``max_total_tokens`` counts input plus output tokens. An unpriced charge
     (cost ``None``) cannot be held against ``max_cost_usd``; it is counted
     in ``unpriced`` so the owner can say the cost is unknown.
+
+    A budget shared by several runs also holds reservations: a call in flight
+    holds its clamped ``max_tokens`` (and their cost), so that no two calls
+    can both be promised the same remainder. What a call streams turns its
+    reservation into a charge; what it did not use is released at its end.
+    ``remaining_*`` count reservations as spent unless ``held=False``.
     """
 
     name: str = ""
@@ -43,6 +50,9 @@ class Budget:
     tokens: int = 0
     cost_usd: float = 0.0
     unpriced: int = 0
+    reserved_tokens: int = 0
+    reserved_cost: float = 0.0
+    _released: anyio.Event | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @property
     def bounded(self) -> bool:
@@ -55,15 +65,43 @@ class Budget:
         else:
             self.cost_usd += cost_usd
 
-    def remaining_tokens(self) -> int | None:
+    def remaining_tokens(self, *, held: bool = True) -> int | None:
         if self.max_total_tokens is None:
             return None
-        return max(0, self.max_total_tokens - self.tokens)
+        return max(0, self.max_total_tokens - self.tokens - (self.reserved_tokens if held else 0))
 
-    def remaining_cost(self) -> float | None:
+    def remaining_cost(self, *, held: bool = True) -> float | None:
         if self.max_cost_usd is None:
             return None
-        return max(0.0, self.max_cost_usd - self.cost_usd)
+        return max(0.0, self.max_cost_usd - self.cost_usd - (self.reserved_cost if held else 0.0))
+
+    # ---------------------------------------------------------- reservations
+
+    @property
+    def holding(self) -> bool:
+        """Some call in flight holds a reservation (it will release what it does not use)."""
+        return self.reserved_tokens > 0 or self.reserved_cost > 0
+
+    def hold(self, tokens: int, cost: float) -> None:
+        self.reserved_tokens += tokens
+        self.reserved_cost += cost
+
+    def unhold(self, tokens: int, cost: float) -> None:
+        """Drop part of a reservation (spent, or released); wakes whoever waits for room."""
+        self.reserved_tokens = max(0, self.reserved_tokens - tokens)
+        self.reserved_cost = max(0.0, self.reserved_cost - cost)
+        self._wake()
+
+    async def wait_for_room(self) -> None:
+        """Wait until some reservation is released or the ceilings change."""
+        if self._released is None:
+            self._released = anyio.Event()
+        await self._released.wait()
+
+    def _wake(self) -> None:
+        if self._released is not None:
+            self._released.set()
+            self._released = None
 
     def crossed(self) -> Hit | None:
         """The ceiling now strictly exceeded, if any (checked as usage streams in)."""
@@ -85,4 +123,6 @@ class Budget:
         return None
 
     def reset(self) -> None:
+        """Zero what was charged (reservations of calls in flight stay theirs)."""
         self.tokens, self.cost_usd, self.unpriced = 0, 0.0, 0
+        self._wake()

@@ -83,6 +83,18 @@ class ModelClient:
 
     async def call(self, request: ModelRequest) -> ModelResponse | Decision:
         """The provider's response, or the run's ending when the call cannot give one."""
+        accounts = self._accounts
+        if not accounts.holds:
+            return await self._call(request)
+        held = await accounts.hold(request)
+        if isinstance(held, Termination):
+            return Decision.end(held)
+        try:
+            return await self._call(held)
+        finally:
+            accounts.release()
+
+    async def _call(self, request: ModelRequest) -> ModelResponse | Decision:
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         meter.provider_attempts += 1

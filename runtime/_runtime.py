@@ -29,11 +29,16 @@ class BudgetExhausted(TetherError):
 
 @attrs.frozen(kw_only=True)
 class BudgetStatus:
+    """The Runtime-wide budget: its ceilings, what was charged, what calls in flight hold."""
+
     max_total_tokens: int | None
     max_cost_usd: float | None
     tokens: int
     cost_usd: float
     unpriced_charges: int
+    #: Output tokens (and their cost) held by model calls in flight, not yet streamed.
+    reserved_tokens: int = 0
+    reserved_cost_usd: float = 0.0
 
 
 class RuntimeClosed(RuntimeError):
@@ -272,6 +277,8 @@ class Runtime:
             tokens=b.tokens,
             cost_usd=b.cost_usd,
             unpriced_charges=b.unpriced,
+            reserved_tokens=b.reserved_tokens,
+            reserved_cost_usd=b.reserved_cost,
         )
 
     def reset_budget(self, limits: Limits | None = None) -> None:

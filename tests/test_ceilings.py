@@ -169,6 +169,64 @@ async def test_runtime_budget_clamps_requests() -> None:
     assert provider.requests[0][1].max_tokens == 80
 
 
+async def test_runtime_budget_holds_every_call_in_flight() -> None:
+    """Calls in flight at once hold their output: together they never exceed the shared budget."""
+    # One delta and one usage report per call (as from a server that reports at
+    # the end): before reservations, each of the 20 calls was promised the same
+    # remainder, and all 20 spent it.
+    provider = streaming([Reply(text=LONG)], chunk_size=None, latency_s=0.01)
+    agent = tether.Agent(name="a", provider=provider)
+    limit = 1_000
+    async with tether.Runtime(limits=tether.Limits(max_total_tokens=limit)) as rt:
+        results = await gather(rt, agent, 20)
+        assert rt.budget is not None
+        assert (rt.budget.tokens, rt.budget.reserved_tokens) == (
+            sum(r.usage.total_tokens for r in results),
+            0,
+        )
+    assert sum(r.usage.output_tokens for r in results) <= limit
+    crossed = [r for r in results if r.termination is not tether.Termination.ANSWERED]
+    assert crossed, "the budget should run out for some runs"
+    # Overshoot is at most the input of the calls that crossed it.
+    assert sum(r.usage.total_tokens for r in results) <= limit + sum(
+        r.usage.input_tokens for r in results
+    )
+    for result in results:
+        assert_consistent(result)
+    waits = [w for r in results for w in of(r.events, ev.ProviderWait)]
+    assert waits
+    assert all("held by other calls" in w.reason for w in waits)
+
+
+async def test_a_call_waiting_for_the_shared_budget_can_be_cancelled() -> None:
+    """A run waiting for room in the Runtime's budget ends cancelled, having sent nothing."""
+    provider = streaming([Reply(text=LONG)], chunk_size=None, latency_s=60)
+    agent = tether.Agent(name="a", provider=provider)
+    async with tether.Runtime(limits=tether.Limits(max_total_tokens=1_000)) as rt:
+        first = rt.start(agent, "q")
+        # The first call holds the whole budget (the scripted provider sets no
+        # max_tokens of its own), so the second waits for room.
+        while rt.budget is None or rt.budget.reserved_tokens < 1_000:
+            await anyio.lowlevel.checkpoint()
+        second = rt.start(agent, "q")
+        for _ in range(100):
+            await anyio.lowlevel.checkpoint()
+        second.cancel("enough")
+        waiting = await second.result()
+        assert rt.budget.reserved_tokens == 1_000  # the first still holds its own
+        first.cancel("enough")
+        await first.result()
+        assert rt.budget.reserved_tokens == 0
+    assert waiting.termination is tether.Termination.CANCELLED
+    assert not of(waiting.events, ev.ModelCallStarted)
+    assert len(provider.requests) == 1
+
+
+async def gather(rt: tether.Runtime, agent: tether.Agent, n: int) -> list[tether.RunResult]:
+    handles = [rt.start(agent, "q") for _ in range(n)]
+    return [await h.result() for h in handles]
+
+
 # ---------------------------------------------------------------- sub-agents
 
 
