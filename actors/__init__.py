@@ -70,3 +70,15 @@ __all__ = [
     "default_classifier",
     "tool",
 ]
+
+# Tracebacks and reprs name the public path (tether.actors.ToolError).
+for _error in (
+    ActorCrashed,
+    ActorError,
+    FatalToolError,
+    ToolArgumentsInvalid,
+    ToolError,
+    TransientToolError,
+):
+    _error.__module__ = __name__
+del _error

@@ -1,4 +1,9 @@
-"""Model providers: the protocol, normalized types, HTTP providers, the scripted provider."""
+"""Model providers: the protocol, normalized types, HTTP providers, the scripted provider.
+
+The public names are ``__all__``. ``HttpPool`` (the Runtime's shared connection
+pools) and ``parse_retry_after`` are importable for the runtime and the tests,
+but are not part of the public API.
+"""
 
 from ._anthropic import AnthropicProvider as AnthropicProvider
 from ._errors import AuthenticationFailed as AuthenticationFailed
@@ -44,3 +49,71 @@ from ._types import ToolResultBlock as ToolResultBlock
 from ._types import ToolUseBlock as ToolUseBlock
 from ._types import UsageDelta as UsageDelta
 from ._wire_errors import parse_retry_after as parse_retry_after
+
+__all__ = [
+    "AnthropicProvider",
+    "AuthenticationFailed",
+    "Backoff",
+    "ConnectionDropped",
+    "ContentBlock",
+    "FatalProviderError",
+    "Fault",
+    "InvalidRequest",
+    "MalformedResponse",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "NotFound",
+    "OpenAIProvider",
+    "Overloaded",
+    "PermissionDenied",
+    "Price",
+    "Provider",
+    "ProviderContext",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
+    "Reply",
+    "ScriptExhausted",
+    "ScriptedProvider",
+    "ServerError",
+    "StopReason",
+    "StreamErrorEvent",
+    "StreamInterrupted",
+    "StreamItem",
+    "TetherError",
+    "TextBlock",
+    "TextDelta",
+    "TokenUsage",
+    "ToolCall",
+    "ToolDef",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "TransientProviderError",
+    "UsageDelta",
+    "price_for",
+]
+
+# Tracebacks and reprs name the public path (tether.providers.RateLimited), which
+# is also where pickle finds them.
+for _error in (
+    AuthenticationFailed,
+    ConnectionDropped,
+    FatalProviderError,
+    InvalidRequest,
+    MalformedResponse,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ServerError,
+    StreamErrorEvent,
+    StreamInterrupted,
+    TetherError,
+    TransientProviderError,
+    ScriptExhausted,
+):
+    _error.__module__ = __name__
+del _error

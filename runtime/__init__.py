@@ -64,3 +64,8 @@ __all__ = [
     "Verdict",
     "combine",
 ]
+
+# Tracebacks and reprs name the public path (tether.runtime.BudgetExhausted).
+for _error in (BudgetExhausted, LessonStoreError, RuntimeClosed):
+    _error.__module__ = __name__
+del _error

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import pickle
+import traceback
 from typing import Any
 
 import attrs
@@ -73,6 +76,51 @@ def test_all_is_sorted_and_resolves() -> None:
     assert tether.__all__ == sorted(tether.__all__)
     for name in tether.__all__:
         assert getattr(tether, name) is not None
+
+
+@pytest.mark.parametrize("package", ["tether.actors", "tether.providers", "tether.runtime"])
+def test_subpackage_all_holds_public_names_only(package: str) -> None:
+    """Each package's __all__ is sorted, resolves, and leaves out messages and plumbing."""
+    module = importlib.import_module(package)
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    internal = {
+        "ModelCall", "ModelReply", "RunTools", "ToolReply", "JudgeCandidate", "JudgeReply",
+        "ReplyChannel", "ActorRef", "spawn_mailbox", "supervise", "ModelActor", "ToolActor",
+        "JudgeActor", "ProviderGate", "HttpPool", "HttpPoolLike", "parse_retry_after",
+    }  # fmt: skip
+    assert not internal & set(module.__all__)
+
+
+def _public_exceptions() -> list[tuple[str, type[BaseException]]]:
+    found = []
+    for package in ("tether.actors", "tether.providers", "tether.runtime"):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                found.append((package, value))
+    return found
+
+
+@pytest.mark.parametrize(("package", "error"), _public_exceptions())
+def test_public_exceptions_name_their_public_path(package: str, error: type[Exception]) -> None:
+    """A traceback shows tether.providers.RateLimited, not the private module; pickle finds it."""
+    if error.__module__ != package:  # re-exported from a lower package
+        assert getattr(importlib.import_module(error.__module__), error.__name__) is error
+    assert not any(part.startswith("_") for part in error.__module__.split("."))
+    lines = traceback.format_exception_only(error.__new__(error))
+    assert lines[-1].startswith(f"{error.__module__}.{error.__qualname__}")
+
+
+def test_a_provider_error_pickles_by_its_public_path() -> None:
+    """RateLimited round-trips through pickle under tether.providers."""
+    from tether.providers import RateLimited
+
+    again = pickle.loads(pickle.dumps(RateLimited("slow down")))
+    assert type(again) is RateLimited
+    assert str(again) == "slow down"
 
 
 def test_contract_events_exist() -> None:
