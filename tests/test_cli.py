@@ -58,6 +58,27 @@ unreachable = _agent(Fault(error=FatalProviderError("401 unauthorized")))
 def make():
     return answered
 
+def needs(arg):
+    return answered
+
+async def amake():
+    return answered
+
+@tether.tool
+async def press_ctrl_c() -> str:
+    \"\"\"Press Ctrl-C, then take forever.\"\"\"
+    import signal
+    import anyio
+    signal.raise_signal(signal.SIGINT)
+    await anyio.sleep(3600)
+    return "never"
+
+interrupting = tether.Agent(
+    name="cli-test",
+    provider=ScriptedProvider([Reply(tool_calls=[ToolCall(name="press_ctrl_c")])]),
+    tools=[press_ctrl_c],
+)
+
 def broken():
     raise RuntimeError("no agent today")
 
@@ -234,6 +255,9 @@ def test_run_dotted_module(
         ("no_such_module_here:agent", "no module named 'no_such_module_here'"),
         ("{file}:missing", "has no attribute 'missing'"),
         ("{file}:not_an_agent", "is of type int, not a tether.Agent"),
+        ("{file}:add", "is a tool ('add'), not a tether.Agent"),
+        ("{file}:needs", "takes arguments; name a tether.Agent or a function of no arguments"),
+        ("{file}:amake", "is an async function"),
         ("{file}:broken", "broken() raised RuntimeError: no agent today"),
         ("{file}", "expected MODULE:AGENT"),
         ("{dir}/nope.py:agent", "no such file"),
@@ -249,6 +273,30 @@ def test_run_usage_errors(
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_run_ctrl_c_cancels_the_run_and_reports_it(
+    agents_file: Path, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C mid-run cancels it: the summary, usage and termination print, then exit 130."""
+    assert cli.main(["run", f"{agents_file}:interrupting", "q", "--backend", backend]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert "interrupted (Ctrl-C): cancelling; press Ctrl-C again to quit at once" in err
+    assert "Model → Tools(1) → cancelled" in err
+    assert "usage: 1 input + 2 output tokens · 1 model call · 1 tool call" in err
+    assert "cost: unpriced" in err  # never $0 for a model without a price, ended or not
+    assert "termination: cancelled (exit 130)" in err
+
+
+def test_usage_line_counts_in_the_singular_and_plural() -> None:
+    """One model call, two model calls, one provider retry."""
+    usage = tether.Usage(
+        input_tokens=1, output_tokens=1, model_calls=1, tool_calls=2, provider_attempts=2
+    )
+    assert cli_common._usage_line(usage) == (
+        "usage: 1 input + 1 output token · 1 model call · 2 tool calls · 1 provider retry"
+    )
 
 
 def test_run_scripted_provider_flag(agents_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -366,7 +414,7 @@ def test_trace_with_rich(
         ('{"type": "Transition"}\nnot json\n', 65, ":1: not a tether Transition: required field"),
         ("\n\n{broken\n", 65, ":3: not valid JSON"),
         ("[1, 2]\n", 65, ":1: not a tether event: a JSON list"),
-        ('{"type": "Nope"}\n', 65, ":1: not a tether event: not a tether event: type 'Nope'"),
+        ('{"type": "Nope"}\n', 65, ":1: not a tether event: type 'Nope'"),
         ("", 65, "no events"),
     ],
 )
@@ -380,6 +428,34 @@ def test_trace_bad_file(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_trace_reads_a_file_whose_last_line_is_torn(
+    agents_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A last line cut short by a crash is skipped and reported; the runs before it show."""
+    path = tmp_path / "run.jsonl"
+    assert cli.main(["run", f"{agents_file}:answered", "q", "--trace", str(path)]) == 0
+    whole = path.read_text(encoding="utf-8")
+    last = whole.splitlines()[-1]
+    path.write_text(whole + last[: len(last) // 2], encoding="utf-8")  # kill -9 mid-write
+    capsys.readouterr()
+    assert cli.main(["trace", str(path), "--plain"]) == 0
+    captured = capsys.readouterr()
+    assert "Model → Tools(1) → Model → answered" in captured.out
+    n = whole.count("\n") + 1
+    assert f"run.jsonl:{n}: the last line is torn" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_trace_refuses_a_bad_line_that_is_not_the_last(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a last line without a newline counts as torn; a cut line inside the file exits 65."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"type": "Transi\n{"type": "Transition"}', encoding="utf-8")
+    assert cli.main(["trace", str(path)]) == 65
+    assert ":1: not valid JSON" in capsys.readouterr().err
 
 
 def test_trace_missing_file_and_unknown_run(

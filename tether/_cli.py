@@ -66,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # trio delivers Ctrl-C inside a group
+        if group.split(KeyboardInterrupt)[1] is not None:
+            raise
+        _err("interrupted")
+        return EXIT_INTERRUPTED
     return code
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+import anyio
 
 from tether.runtime import JsonlSink, Termination, Usage
 
@@ -130,19 +136,24 @@ def _compact(value: Any) -> str:
         return repr(value)
 
 
+def _count(n: int, thing: str, things: str | None = None) -> str:
+    """``1 model call``, ``2 model calls``."""
+    return f"{n:,} {thing if n == 1 else (things or thing + 's')}"
+
+
 def _usage_line(usage: Usage) -> str:
     retries = usage.provider_attempts - usage.model_calls
     parts = [
-        f"{usage.input_tokens:,} input + {usage.output_tokens:,} output tokens",
-        f"{usage.model_calls} model calls",
-        f"{usage.tool_calls} tool calls",
+        f"{usage.input_tokens:,} input + {_count(usage.output_tokens, 'output token')}",
+        _count(usage.model_calls, "model call"),
+        _count(usage.tool_calls, "tool call"),
     ]
     if retries:
-        parts.append(f"{retries} provider retries")
+        parts.append(_count(retries, "provider retry", "provider retries"))
     if usage.quality_retries:
-        parts.append(f"{usage.quality_retries} quality retries")
+        parts.append(_count(usage.quality_retries, "quality retry", "quality retries"))
     if usage.continues:
-        parts.append(f"{usage.continues} continues")
+        parts.append(_count(usage.continues, "continue"))
     return "usage: " + " · ".join(parts)
 
 
@@ -157,3 +168,39 @@ def _open_sink(path: str | None, mode: Literal["a", "w"]) -> JsonlSink | None:
 
 def _scores(scores: Any) -> str:
     return " ".join(f"{name}={score:.2f}" for name, score in scores.items())
+
+
+class Interrupt:
+    """Whether Ctrl-C was pressed while a command's runs were in flight."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+
+@asynccontextmanager
+async def on_ctrl_c(cancel: Callable[[], None]) -> AsyncIterator[Interrupt]:
+    """Within the block, the first Ctrl-C calls ``cancel`` (the command cancels its runs,
+    which end ``cancelled`` and are reported as usual); a second one quits at once.
+
+    Outside the main thread (where signals cannot be caught) Ctrl-C is left alone.
+    """
+    interrupt = Interrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupt
+        return
+
+    async def watch() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                interrupt.pressed = True
+                _err("interrupted (Ctrl-C): cancelling; press Ctrl-C again to quit at once")
+                cancel()
+                break
+        # The receiver is closed: a second Ctrl-C is the backend's KeyboardInterrupt.
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        try:
+            yield interrupt
+        finally:
+            tg.cancel_scope.cancel()

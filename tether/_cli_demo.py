@@ -13,8 +13,17 @@ import anyio
 import attrs
 
 from tether import events as ev
-from tether._cli_common import EXIT_OK, UsageError, _money, _open_sink, _out, _rich_console
-from tether.runtime import JsonlSink, RunResult, Runtime, Termination
+from tether._cli_common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    _money,
+    _open_sink,
+    _out,
+    _rich_console,
+    on_ctrl_c,
+)
+from tether.runtime import JsonlSink, RunHandle, RunResult, Runtime, Termination
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -71,6 +80,7 @@ class Tally:
 
     results: tuple[RunResult, ...]
     wall_s: float
+    interrupted: bool = False  # Ctrl-C cancelled the runs still in flight
 
     def by_termination(self) -> list[tuple[Termination, int, int, float | None]]:
         rows = []
@@ -144,7 +154,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             sink.close()
     if sink is not None:
         _out(f"events recorded in {sink.path} (see 'tether trace {sink.path}')")
-    return EXIT_OK
+    return EXIT_INTERRUPTED if tally.interrupted else EXIT_OK
 
 
 async def _demo_live(
@@ -178,8 +188,16 @@ async def _demo(
 
     results: list[RunResult] = []
 
+    handles: list[RunHandle] = []
+
+    def cancel_all() -> None:
+        for handle in handles:
+            handle.cancel("interrupted (Ctrl-C)")
+
     async def one(demo: DemoAgent) -> None:
-        result = await rt.run(demo.agent, demo.input, run_id=demo.run_id)
+        handle = rt.start(demo.agent, demo.input, run_id=demo.run_id)
+        handles.append(handle)
+        result = await handle.result()
         results.append(result)
         if console is None:
             _out(f"{demo.run_id}  {result.summary()}")
@@ -191,13 +209,17 @@ async def _demo(
             console.print(line, soft_wrap=True)
 
     started = time.perf_counter()
-    async with Runtime(event_sink=observe) as rt, anyio.create_task_group() as tg:
+    async with (
+        Runtime(event_sink=observe) as rt,
+        on_ctrl_c(cancel_all) as interrupt,
+        anyio.create_task_group() as tg,
+    ):
         for demo in agents:
             tg.start_soon(one, demo, name=f"demo:{demo.run_id}")
     wall = time.perf_counter() - started
     order = {demo.run_id: demo.index for demo in agents}
     results.sort(key=lambda r: order[r.run_id])
-    return Tally(results=tuple(results), wall_s=wall)
+    return Tally(results=tuple(results), wall_s=wall, interrupted=interrupt.pressed)
 
 
 class _LiveView:
@@ -248,12 +270,15 @@ class _LiveView:
 
 
 def _tally_totals(tally: Tally, args: argparse.Namespace) -> list[str]:
-    return [
+    lines = [
         f"model calls {tally.model_calls} · tool calls {tally.tool_calls} · "
         f"provider retries {tally.provider_retries} · quality retries {tally.quality_retries}",
         f"wall time {tally.wall_s:.2f} s for {len(tally.results)} agents "
         f"({args.backend}, seed {args.seed})",
     ]
+    if tally.interrupted:
+        lines.append("interrupted (Ctrl-C): the runs still in flight were cancelled (exit 130)")
+    return lines
 
 
 def _print_tally_plain(tally: Tally, args: argparse.Namespace) -> None:

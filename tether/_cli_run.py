@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import attrs
 from tether import events as ev
 from tether._cli_common import (
     EXIT_CODES,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STOPPED,
     UsageError,
@@ -26,9 +28,19 @@ from tether._cli_common import (
     _scores,
     _usage_line,
     _write,
+    on_ctrl_c,
 )
-from tether.providers import ModelRequest, Provider, ProviderContext, Reply, ScriptedProvider
-from tether.runtime import Agent, JsonlSink, RunResult, Runtime, Termination
+from tether.actors import ToolSpec
+from tether.providers import (
+    AnthropicProvider,
+    ModelRequest,
+    OpenAIProvider,
+    Provider,
+    ProviderContext,
+    Reply,
+    ScriptedProvider,
+)
+from tether.runtime import Agent, JsonlSink, RunHandle, RunResult, Runtime, Termination
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -36,29 +48,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # Run ids are unique per Runtime: one file can collect many runs.
     sink = _open_sink(args.trace, "a")
     try:
-        result = anyio.run(_run, agent, args.input, sink, backend=args.backend)
+        result, interrupted = anyio.run(_run, agent, args.input, sink, backend=args.backend)
     finally:
         if sink is not None:
             sink.close()
+    if interrupted:
+        return EXIT_INTERRUPTED
     return EXIT_CODES.get(result.termination, EXIT_STOPPED)
 
 
-async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> RunResult:
+async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> tuple[RunResult, bool]:
+    """The run's result, and whether Ctrl-C cancelled it."""
     out, err = sys.stdout, sys.stderr
     async with Runtime(event_sink=sink) as rt:
         handle = rt.start(agent, input)
-        arguments: dict[str, Any] = {}
-        open_line = False  # the last text printed did not end its line
-        async for event in handle.events():
-            if isinstance(event, ev.ModelCallFinished) and event.text:
-                # A response cut off by max_tokens is continued by the next call.
-                open_line = event.stop_reason == "max_tokens" and not event.tool_calls
-                _write(out, event.text, end="" if open_line else "\n")
-                continue
-            if open_line and isinstance(event, ev.ModelCallFinished | ev.RunFinished):
-                _write(out, "")
-                open_line = False
-            _narrate(event, arguments, err)
+        async with on_ctrl_c(lambda: handle.cancel("interrupted (Ctrl-C)")) as interrupt:
+            await _follow(handle, out, err)
         result = await handle.result()
     if result.termination is Termination.TERMINAL_TOOL and result.output is not None:
         _write(out, result.output)
@@ -66,11 +71,29 @@ async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> RunResult:
     _write(err, _usage_line(result.usage))
     _write(err, f"cost: {_money(result.usage.cost_usd)}")
     code = EXIT_CODES.get(result.termination, EXIT_STOPPED)
+    if interrupt.pressed:
+        code = EXIT_INTERRUPTED
     if code != EXIT_OK:
         _write(err, f"termination: {result.termination.value} (exit {code})")
         if result.error:
             _write(err, f"error: {result.error.rstrip()}")
-    return result
+    return result, interrupt.pressed
+
+
+async def _follow(handle: RunHandle, out: TextIO, err: TextIO) -> None:
+    """Print the answer's text as each model call finishes, and side notes on stderr."""
+    arguments: dict[str, Any] = {}
+    open_line = False  # the last text printed did not end its line
+    async for event in handle.events():
+        if isinstance(event, ev.ModelCallFinished) and event.text:
+            # A response cut off by max_tokens is continued by the next call.
+            open_line = event.stop_reason == "max_tokens" and not event.tool_calls
+            _write(out, event.text, end="" if open_line else "\n")
+            continue
+        if open_line and isinstance(event, ev.ModelCallFinished | ev.RunFinished):
+            _write(out, "")
+            open_line = False
+        _narrate(event, arguments, err)
 
 
 def _narrate(event: ev.Event, arguments: dict[str, Any], err: TextIO) -> None:
@@ -113,8 +136,21 @@ def load_agent(target: str) -> Agent:
             raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
     if isinstance(obj, Agent):
         return obj
+    if isinstance(obj, ToolSpec):
+        raise UsageError(f"{target} is a tool ({obj.name!r}), not a tether.Agent")
     if not callable(obj):
         raise UsageError(f"{target} is of type {type(obj).__name__}, not a tether.Agent")
+    if inspect.iscoroutinefunction(obj):
+        raise UsageError(f"{target} is an async function; it must return a tether.Agent directly")
+    try:
+        inspect.signature(obj).bind()
+    except TypeError:
+        raise UsageError(
+            f"{target} takes arguments; name a tether.Agent or a function of no arguments "
+            "that returns one"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): try the call
+        pass
     try:
         made = obj()
     except Exception as exc:
@@ -200,25 +236,15 @@ def _http_provider(kind: str, model: str, base_url: str | None) -> Provider:
     kwargs: dict[str, Any] = {"model": model}
     if base_url is not None:
         kwargs["base_url"] = base_url
-    provider: Provider
+    cls = AnthropicProvider if kind == "anthropic" else OpenAIProvider
     try:
-        if kind == "anthropic":
-            from tether.providers import _anthropic as anthropic
-
-            provider = anthropic.AnthropicProvider(**kwargs)
-            official, key_env = anthropic.DEFAULT_BASE_URL, anthropic.API_KEY_ENV
-        else:
-            from tether.providers import _openai as openai
-
-            provider = openai.OpenAIProvider(**kwargs)
-            official, key_env = openai.DEFAULT_BASE_URL, openai.API_KEY_ENV
+        provider = cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"cannot make the {kind} provider: {exc}") from None
     # A local OpenAI-compatible server needs no key; the vendor's own API does.
-    if getattr(provider, "api_key", None) is None and getattr(provider, "base_url", None) == (
-        official.rstrip("/")
-    ):
-        raise UsageError(f"no API key for {kind}: set {key_env}")
+    official = attrs.fields(cls).base_url.default
+    if provider.api_key is None and provider.base_url == str(official).rstrip("/"):
+        raise UsageError(f"no API key for {kind}: set {provider.api_key_env}")
     return provider
 
 

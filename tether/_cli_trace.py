@@ -14,6 +14,7 @@ from tether._cli_common import (
     UsageError,
     _clip,
     _compact,
+    _err,
     _money,
     _out,
     _rich_console,
@@ -46,7 +47,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 
 def read_trace(path: str) -> dict[str, list[ev.Event]]:
-    """The events of a JSONL file, by run id (in order of first appearance)."""
+    """The events of a JSONL file, by run id (in order of first appearance).
+
+    A last line cut short (the writer was killed mid-line: it has no newline and
+    is not whole JSON) is skipped with a warning on stderr; a bad line anywhere
+    else is a :class:`DataError`.
+    """
     import cattrs
 
     runs: dict[str, list[ev.Event]] = {}
@@ -58,6 +64,12 @@ def read_trace(path: str) -> dict[str, list[ev.Event]]:
                 try:
                     data = json.loads(line)
                 except json.JSONDecodeError as exc:
+                    if not line.endswith("\n"):  # only the last line can lack one
+                        _err(
+                            f"{path}:{number}: the last line is torn ({len(line)} characters "
+                            "of an event cut short, as by a crash mid-write); skipped"
+                        )
+                        break
                     raise DataError(
                         f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})"
                     ) from None
@@ -72,6 +84,8 @@ def read_trace(path: str) -> dict[str, list[ev.Event]]:
                     raise DataError(
                         f"{path}:{number}: not a tether {data['type']}: {why}"
                     ) from None
+                except ValueError as exc:  # load's own message names the problem
+                    raise DataError(f"{path}:{number}: {exc}") from None
                 except Exception as exc:
                     raise DataError(f"{path}:{number}: not a tether event: {exc}") from None
                 runs.setdefault(event.run_id, []).append(event)
