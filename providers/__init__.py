@@ -8,6 +8,7 @@ but are not part of the public API.
 from ._anthropic import AnthropicProvider as AnthropicProvider
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ConnectionDropped as ConnectionDropped
+from ._errors import ContextWindowExceeded as ContextWindowExceeded
 from ._errors import FatalProviderError as FatalProviderError
 from ._errors import InvalidRequest as InvalidRequest
 from ._errors import MalformedResponse as MalformedResponse
@@ -56,6 +57,7 @@ __all__ = [
     "Backoff",
     "ConnectionDropped",
     "ContentBlock",
+    "ContextWindowExceeded",
     "FatalProviderError",
     "Fault",
     "InvalidRequest",
@@ -99,6 +101,7 @@ __all__ = [
 for _error in (
     AuthenticationFailed,
     ConnectionDropped,
+    ContextWindowExceeded,
     FatalProviderError,
     InvalidRequest,
     MalformedResponse,

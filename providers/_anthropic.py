@@ -36,13 +36,8 @@ from httpx_sse import ServerSentEvent
 from ._base import HttpProvider, check_key, whole_response
 from ._errors import (
     AuthenticationFailed,
-    FatalProviderError,
-    InvalidRequest,
     MalformedResponse,
-    NotFound,
-    PermissionDenied,
     ProviderError,
-    StreamErrorEvent,
     StreamInterrupted,
 )
 from ._http import HttpCall, JsonBody, drain, post_json, post_sse
@@ -63,17 +58,10 @@ from ._types import (
     ToolUseBlock,
     UsageDelta,
 )
-from ._wire_errors import describe, error_fields
+from ._wire_errors import error_for_event
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-
-_FATAL_EVENT_ERRORS: dict[str, type[FatalProviderError]] = {
-    "invalid_request_error": InvalidRequest,
-    "authentication_error": AuthenticationFailed,
-    "permission_error": PermissionDenied,
-    "not_found_error": NotFound,
-}
 
 
 @attrs.define(eq=False)
@@ -246,10 +234,7 @@ def _usage(raw: Any, base: TokenUsage, shape: Shape) -> TokenUsage:
 
 
 def _event_error(data: Any, provider: str, secrets: tuple[str, ...]) -> ProviderError:
-    kind, _code, message = error_fields(data)
-    text = describe(provider, "error event in the stream", kind, message, secrets)
-    fatal = _FATAL_EVENT_ERRORS.get(kind or "")
-    return fatal(text) if fatal is not None else StreamErrorEvent(text)
+    return error_for_event(data, provider, "error event in the stream", secrets)
 
 
 @attrs.define

@@ -14,7 +14,8 @@
         │   ├── StreamErrorEvent      an ``error`` event inside a stream
         │   └── MalformedResponse     a body that is not the wire format's shape
         └── FatalProviderError        never retried
-            ├── InvalidRequest        400
+            ├── InvalidRequest        400, and a redirect or a body that is not the API
+            │   └── ContextWindowExceeded  the prompt is longer than the model's window
             ├── AuthenticationFailed  401
             ├── PermissionDenied      403
             └── NotFound              404
@@ -98,6 +99,15 @@ class FatalProviderError(ProviderError):
 
 class InvalidRequest(FatalProviderError):
     pass
+
+
+class ContextWindowExceeded(InvalidRequest):
+    """The prompt does not fit the model's context window (OpenAI's
+    ``context_length_exceeded``, Anthropic's "prompt is too long").
+
+    The run takes the ``model_context_window_exceeded`` path for it (DESIGN §6):
+    it trims once with the agent's context strategy, then ends ``context_exceeded``.
+    """
 
 
 class AuthenticationFailed(FatalProviderError):

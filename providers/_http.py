@@ -24,7 +24,7 @@ from ._errors import InvalidRequest, MalformedResponse, ProviderError
 from ._pool import client_for
 from ._shape import Shape
 from ._types import HttpPoolLike
-from ._wire_errors import error_for_exception, error_for_status
+from ._wire_errors import error_for_exception, error_for_status, redact, scrub_logs_of
 
 
 def plain(value: Any) -> Any:
@@ -55,8 +55,12 @@ class HttpCall:
     payload: Mapping[str, Any] = attrs.field(repr=False)
     timeout_s: float | None = None
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+    #: Added to a 4xx error's message (e.g. that no API key was sent).
+    note: str | None = None
 
     def request_kwargs(self) -> dict[str, Any]:
+        if self.secrets:
+            scrub_logs_of(self.secrets)
         kwargs: dict[str, Any] = {
             "content": encode_body(self.payload, self.provider),
             "headers": dict(self.headers),
@@ -72,6 +76,7 @@ class HttpCall:
             headers=response.headers,
             provider=self.provider,
             secrets=self.secrets,
+            note=self.note,
         )
 
     def transport_error(self, exc: Exception, *, mid_stream: bool) -> ProviderError:
@@ -97,12 +102,31 @@ async def post_json(http: HttpPoolLike | None, call: HttpCall) -> Any:
             raise call.transport_error(exc, mid_stream=False) from exc
     if not response.is_success:
         raise call.status_error(response)
+    media = _media_type(response)
+    if media and not _is_json(media):
+        raise _not_the_api(call, response, media)
     return Shape(call.provider).json(response.content, "the response body")
 
 
 def _media_type(response: httpx.Response) -> str:
     value: str = response.headers.get("content-type") or ""
     return value.partition(";")[0].strip().lower()
+
+
+def _is_json(media: str) -> bool:
+    return media == "application/json" or media.endswith("+json")
+
+
+def _not_the_api(call: HttpCall, response: httpx.Response, media: str) -> InvalidRequest:
+    """A 2xx answer that is neither JSON nor an event stream: the URL is not the API
+    (a web page, a login portal, a proxy's notice); retrying cannot help."""
+    start = redact(response.text[:200], call.secrets) if response.is_closed else ""
+    seen = f"; it begins {' '.join(start.split())!r}" if start.strip() else ""
+    return InvalidRequest(
+        f"{call.provider}: the server at {call.base_url} answered HTTP "
+        f"{response.status_code} with content-type {media!r}, not the API's JSON or event "
+        f"stream{seen}; check base_url"
+    )
 
 
 async def post_sse(
@@ -127,13 +151,16 @@ async def post_sse(
                     raise call.status_error(response)
                 media = _media_type(response)
                 if media != "text/event-stream":
-                    if media == "application/json" or media.endswith("+json"):
+                    if _is_json(media):
                         await response.aread()
                         yield JsonBody(Shape(call.provider).json(response.content, "the body"))
                         return
+                    if media:
+                        await _read_some(response)
+                        raise _not_the_api(call, response, media)
                     raise MalformedResponse(
                         f"{call.provider}: malformed response: expected an event stream, "
-                        f"got content-type {media or 'none'!r}"
+                        "got no content-type"
                     )
                 mid_stream = True
                 events = EventSource(response).aiter_sse()
@@ -144,6 +171,13 @@ async def post_sse(
                     await unwind(events)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise call.transport_error(exc, mid_stream=mid_stream) from exc
+
+
+async def _read_some(response: httpx.Response, limit: int = 64 * 1024) -> None:
+    """Read a small body whole (for its first words in an error); leave a large one."""
+    length = response.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) <= limit:
+        await response.aread()
 
 
 async def drain(events: AsyncIterator[Any], limit_s: float = 1.0) -> None:

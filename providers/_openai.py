@@ -47,7 +47,7 @@ import attrs
 from httpx_sse import ServerSentEvent
 
 from ._base import HttpProvider, check_key, whole_response
-from ._errors import AuthenticationFailed, ProviderError, StreamErrorEvent, StreamInterrupted
+from ._errors import AuthenticationFailed, ProviderError, StreamInterrupted
 from ._http import HttpCall, JsonBody, drain, plain, post_json, post_sse
 from ._shape import Shape, parse_tool_arguments
 from ._types import (
@@ -66,7 +66,7 @@ from ._types import (
     ToolUseBlock,
     UsageDelta,
 )
-from ._wire_errors import describe, error_fields
+from ._wire_errors import error_for_event
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -149,6 +149,9 @@ class OpenAIProvider(HttpProvider):
             payload=self.request_body(request),
             timeout_s=self.timeout_s,
             secrets=(self.api_key,) if self.api_key else (),
+            note=None
+            if self.api_key is not None
+            else f"no API key was sent: none is configured (pass api_key= or set {API_KEY_ENV})",
         )
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
@@ -310,9 +313,7 @@ def _usage(raw: Any, shape: Shape) -> TokenUsage:
 
 
 def _chunk_error(data: dict[str, Any], secrets: tuple[str, ...]) -> ProviderError:
-    kind, code, message = error_fields(data)
-    label = kind or code
-    return StreamErrorEvent(describe("openai", "error in the response", label, message, secrets))
+    return error_for_event(data, "openai", "error in the response", secrets)
 
 
 @attrs.define

@@ -4,14 +4,16 @@
   an HTTP error answer or an httpx failure into a typed error.
 - :func:`parse_retry_after` and :func:`retry_after_from_headers`.
 - :func:`redact`, :func:`error_fields` and :func:`describe`: the pieces of an
-  error message.
+  error message; :func:`scrub_logs_of` keeps sent keys out of httpx's and
+  httpcore's own log records (httpcore logs response headers at DEBUG).
 
 Classification of HTTP statuses (see :func:`error_for_status`):
 
 =========================  ======================================================
 status                     error
 =========================  ======================================================
-400, 413, 422, other 4xx   ``InvalidRequest`` (fatal)
+400, 413, 422, other 4xx   ``InvalidRequest`` (fatal); ``ContextWindowExceeded``
+                           when the body says the prompt is too long
 401                        ``AuthenticationFailed`` (fatal)
 403                        ``PermissionDenied`` (fatal)
 404                        ``NotFound`` (fatal)
@@ -25,8 +27,16 @@ status                     error
 529                        ``Overloaded``
 5xx                        ``ServerError`` (``Overloaded`` when the body's error
                            type is ``overloaded_error``)
-1xx, 3xx, anything else    ``MalformedResponse``
+3xx                        ``InvalidRequest`` (fatal: the base URL is not the
+                           API's own address; the message names ``location``)
+1xx, anything else         ``MalformedResponse``
 =========================  ======================================================
+
+An error inside a stream or a 200 body (:func:`error_for_event`) is classified
+by its type or code the same way for every provider: invalid requests,
+authentication, permission and not-found errors are fatal, a context window
+exceeded is :class:`ContextWindowExceeded`, anything else is a transient
+``StreamErrorEvent``.
 
 Every transient error carries the server's ``retry-after`` (or
 ``retry-after-ms``) when it sent one. Messages include the server's error
@@ -38,7 +48,9 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC
@@ -49,6 +61,8 @@ import httpx
 from ._errors import (
     AuthenticationFailed,
     ConnectionDropped,
+    ContextWindowExceeded,
+    FatalProviderError,
     InvalidRequest,
     MalformedResponse,
     NotFound,
@@ -58,6 +72,7 @@ from ._errors import (
     ProviderTimeout,
     RateLimited,
     ServerError,
+    StreamErrorEvent,
     StreamInterrupted,
     TransientProviderError,
 )
@@ -125,6 +140,44 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
+#: Every secret a provider has sent; the HTTP libraries' debug logs are scrubbed of them.
+_SENT_SECRETS: set[str] = set()
+#: httpcore logs each response's headers at DEBUG, and a server may echo a key in one.
+_HTTP_LOGGERS = (
+    "httpx",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+
+
+class _Scrub(logging.Filter):
+    """Replaces sent secrets in the HTTP libraries' log records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        scrubbed = redact(message, _SENT_SECRETS)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
+        return True
+
+
+_SCRUB = _Scrub()
+
+
+def scrub_logs_of(secrets: Iterable[str]) -> None:
+    """Keep ``secrets`` out of httpx's and httpcore's log records from now on."""
+    new = {s for s in secrets if s and len(s) >= 4} - _SENT_SECRETS
+    if not new:
+        return
+    if not _SENT_SECRETS:
+        for name in _HTTP_LOGGERS:
+            logging.getLogger(name).addFilter(_SCRUB)
+    _SENT_SECRETS.update(new)
+
+
 def _truncate(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -183,15 +236,32 @@ def error_for_status(
     provider: str = "provider",
     secrets: Iterable[str | None] = (),
     now: float | None = None,
+    note: str | None = None,
 ) -> ProviderError:
-    """The typed error for an HTTP error answer (see the module's table)."""
+    """The typed error for an HTTP error answer (see the module's table).
+
+    ``note`` is added to the message of a 4xx (what the client knows about its
+    own request that may explain it, such as that no API key was sent).
+    """
     kind, code, message = _error_object(body)
     reason = httpx.codes.get_reason_phrase(status)
     what = f"HTTP {status}" + (f" {reason}" if reason else "")
     text = describe(provider, what, kind, message, secrets)
+    if note and 400 <= status < 500:
+        text += f" ({note})"
     retry_after = retry_after_from_headers(headers, now=now) if headers is not None else None
 
     transient: type[TransientProviderError]
+    if 400 <= status < 500 and _context_exceeded(kind, code, message):
+        return ContextWindowExceeded(text, status=status)
+    if 300 <= status < 400:
+        location = httpx.Headers(headers or {}).get("location")
+        where = f" to {redact(location, secrets)!r}" if location else ""
+        return InvalidRequest(
+            f"{provider}: {what}: the server redirected{where}; set base_url to the API's "
+            "own address (redirects are not followed)",
+            status=status,
+        )
     if status == 400 or (400 <= status < 500 and status not in (401, 403, 404, 408, 409, 429)):
         return InvalidRequest(text, status=status)
     if status == 401:
@@ -213,6 +283,38 @@ def error_for_status(
     else:
         transient = MalformedResponse
     return transient(text, status=status, retry_after=retry_after)
+
+
+#: Error types and codes inside a stream or a 200 body that no retry can fix.
+_FATAL_ERRORS: dict[str, type[FatalProviderError]] = {
+    "invalid_request_error": InvalidRequest,
+    "authentication_error": AuthenticationFailed,
+    "invalid_api_key": AuthenticationFailed,
+    "permission_error": PermissionDenied,
+    "not_found_error": NotFound,
+    "model_not_found": NotFound,
+}
+
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[_ ]length[_ ]exceeded|prompt is too long|maximum context length|context window",
+    re.IGNORECASE,
+)
+
+
+def _context_exceeded(kind: str | None, code: str | None, message: str | None) -> bool:
+    return code == "context_length_exceeded" or bool(message and _CONTEXT_EXCEEDED.search(message))
+
+
+def error_for_event(
+    data: Any, provider: str, what: str, secrets: Iterable[str | None] = ()
+) -> ProviderError:
+    """The typed error for an error object inside a stream or a 200 body (see the module)."""
+    kind, code, message = error_fields(data)
+    text = describe(provider, what, kind or code, message, secrets)
+    if _context_exceeded(kind, code, message):
+        return ContextWindowExceeded(text)
+    fatal = _FATAL_ERRORS.get(kind or "") or _FATAL_ERRORS.get(code or "")
+    return fatal(text) if fatal is not None else StreamErrorEvent(text)
 
 
 def error_for_exception(
@@ -250,9 +352,11 @@ def error_for_exception(
 
 
 __all__ = [
+    "error_for_event",
     "error_for_exception",
     "error_for_status",
     "parse_retry_after",
     "redact",
     "retry_after_from_headers",
+    "scrub_logs_of",
 ]

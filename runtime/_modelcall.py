@@ -34,8 +34,10 @@ from tether.actors import (
 )
 from tether.providers import (
     Backoff,
+    ContextWindowExceeded,
     ModelRequest,
     ModelResponse,
+    StopReason,
     TextDelta,
     TokenUsage,
     UsageDelta,
@@ -132,6 +134,21 @@ class ModelClient:
                 ev.ModelCallStarted(**trail.head(), attempt=first, max_tokens=request.max_tokens)
             )
 
+    def _finished(self, response: ModelResponse) -> ModelResponse:
+        trail = self._trail
+        trail.add(
+            ev.ModelCallFinished(
+                **trail.head(),
+                stop_reason=response.stop_reason.value,
+                usage=response.usage,
+                text=response.text,
+                tool_calls=response.tool_calls,
+                raw_stop_reason=response.raw_stop_reason,
+                model=response.model,
+            )
+        )
+        return response
+
     async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision | _Crashed:
         accounts, trail, meter = self._accounts, self._trail, self._accounts.meter
         reply: ReplyChannel[ModelReply] = ReplyChannel(16)
@@ -170,18 +187,7 @@ class ModelClient:
                         accounts.charge_stream(item.usage, seen)
                         accounts.record("model", item.usage, accounts.cost(item.usage))
                         seen = TokenUsage()
-                        trail.add(
-                            ev.ModelCallFinished(
-                                **trail.head(),
-                                stop_reason=item.stop_reason.value,
-                                usage=item.usage,
-                                text=item.text,
-                                tool_calls=item.tool_calls,
-                                raw_stop_reason=item.raw_stop_reason,
-                                model=item.model,
-                            )
-                        )
-                        return item
+                        return self._finished(item)
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
                         seen = TokenUsage()
@@ -208,8 +214,11 @@ class ModelClient:
                                 **trail.head(), wait_s=item.wait_s, reason="provider gate paused"
                             )
                         )
-                    case ModelFailed():
-                        error = item.error
+                    case ModelFailed(error=ContextWindowExceeded() as too_long):
+                        # DESIGN §6: the prompt is too long, as a stop reason would
+                        # say: the run trims once, then ends context_exceeded.
+                        return self._finished(_context_exceeded(too_long))
+                    case ModelFailed(error=error):
                         return Decision.end(
                             Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}"
                         )
@@ -220,3 +229,12 @@ class ModelClient:
         finally:
             reply.abandon()
             accounts.record("model", seen, accounts.cost(seen))
+
+
+def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:
+    """The response a refusal for length stands for: no content, its stop reason."""
+    return ModelResponse(
+        content=(),
+        stop_reason=StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED,
+        raw_stop_reason=f"{type(error).__name__}: {error}",
+    )

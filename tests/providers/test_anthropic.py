@@ -535,9 +535,10 @@ async def test_stream_with_wrong_shape(events: list[tuple[str, Any]]) -> None:
 
 
 async def test_stream_with_wrong_content_type() -> None:
+    """A 200 text/plain answer is not the API: fatal, with what came back."""
     async with fake_server(raw_answer(b"data: hi\n\n", content_type="text/plain")) as server:
         exc = await failure(provider(server.url), REQUEST)
-    assert isinstance(exc, MalformedResponse)
+    assert isinstance(exc, InvalidRequest)
     assert "text/plain" in str(exc)
 
 

@@ -99,7 +99,7 @@ def test_retry_after_headers_prefer_milliseconds() -> None:
         (504, ServerError),
         (529, Overloaded),
         (599, ServerError),
-        (302, MalformedResponse),
+        (302, InvalidRequest),
     ],
 )
 def test_error_for_status(status: int, error: type[ProviderError]) -> None:

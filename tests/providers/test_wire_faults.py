@@ -1,0 +1,189 @@
+"""Faults no retry can fix end a run at once with what the user must change; a prompt too
+long takes the context path. End to end, over real sockets, for both HTTP providers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import tether
+from tether import events as ev
+from tether.providers import AnthropicProvider, Backoff, OpenAIProvider
+
+from ..helpers import assert_consistent, of
+from . import test_anthropic as anth
+from . import test_openai as oai
+from .fakes import SECRET, Answer, fake_server, json_answer, raw_answer, sse_answer, sse_body
+
+pytestmark = pytest.mark.anyio
+
+KINDS = pytest.mark.parametrize("kind", ["anthropic", "openai"])
+STREAM = pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+
+
+@tether.tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def make_provider(kind: str, url: str, stream: bool = True, **kw: Any) -> Any:
+    backoff = Backoff(initial=0.001, cap=0.01, jitter=False)
+    if kind == "anthropic":
+        kw.setdefault("api_key", SECRET)
+        return AnthropicProvider(anth.MODEL, base_url=url, stream=stream, backoff=backoff, **kw)
+    kw.setdefault("api_key", SECRET)
+    return OpenAIProvider(oai.MODEL, base_url=f"{url}/v1", stream=stream, backoff=backoff, **kw)
+
+
+async def run(provider: Any, **agent: Any) -> tether.RunResult:
+    async with tether.Runtime() as rt:
+        result = await rt.run(tether.Agent(name="faults", provider=provider, **agent), "hi")
+    assert_consistent(result)
+    return result
+
+
+@KINDS
+@STREAM
+async def test_a_200_that_is_not_the_api_is_not_retried(kind: str, stream: bool) -> None:
+    """A 200 text/html page (a wrong base_url) ends the run at once, naming what came back."""
+    page = raw_answer(b"<html>Sign in to the portal</html>", content_type="text/html")
+    async with fake_server(page, page, page) as server:
+        result = await run(make_provider(kind, server.url, stream))
+    assert len(server.requests) == 1
+    assert result.termination is tether.Termination.PROVIDER_FAILED
+    assert result.error is not None
+    assert "InvalidRequest" in result.error
+    assert "content-type 'text/html'" in result.error
+    assert "Sign in to the portal" in result.error
+    assert "check base_url" in result.error
+
+
+@KINDS
+async def test_a_redirect_is_not_retried_and_names_where_it_points(kind: str) -> None:
+    """A 302 ends the run at once; the error names the Location to use instead."""
+    moved = Answer(status=302, headers=(("location", "https://elsewhere.example/v2"),))
+    async with fake_server(moved, moved, moved) as server:
+        result = await run(make_provider(kind, server.url))
+    assert len(server.requests) == 1
+    assert result.termination is tether.Termination.PROVIDER_FAILED
+    assert result.error is not None
+    assert "redirected to 'https://elsewhere.example/v2'" in result.error
+
+
+@KINDS
+async def test_an_in_stream_invalid_request_error_is_fatal_for_both(kind: str) -> None:
+    """An invalid_request_error inside a stream is not retried, by either provider."""
+    error = {"type": "invalid_request_error", "message": "tools[0] is malformed"}
+    if kind == "anthropic":
+        body = sse_body([*anth.stream_events(end=False)[:3], ("error", {"error": error})])
+    else:
+        body = sse_body([(None, {"error": error})])
+    answer = sse_answer(body)
+    async with fake_server(answer, answer, answer) as server:
+        result = await run(make_provider(kind, server.url))
+    assert len(server.requests) == 1
+    assert result.termination is tether.Termination.PROVIDER_FAILED
+    assert result.error is not None
+    assert result.error.startswith("InvalidRequest: ")
+    assert "tools[0] is malformed" in result.error
+
+
+def too_long(kind: str) -> Answer:
+    if kind == "anthropic":
+        message = "prompt is too long: 201234 tokens > 200000 maximum"
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    else:
+        message = "This model's maximum context length is 8192 tokens."
+        body = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+        }
+    return json_answer(body, status=400)
+
+
+def tool_round(kind: str, n: int) -> Answer:
+    if kind == "anthropic":
+        return json_answer(
+            anth.message_json(
+                text="", tools=((f"toolu_{n}", "add", {"a": n, "b": 1}),), stop="tool_use"
+            )
+        )
+    call = (f"call_{n}", "add", f'{{"a": {n}, "b": 1}}')
+    return json_answer(oai.completion_json(text=None, tools=(call,), finish="tool_calls"))
+
+
+def final(kind: str) -> Answer:
+    if kind == "anthropic":
+        return json_answer(anth.message_json(text="Done."))
+    return json_answer(oai.completion_json(text="Done."))
+
+
+@KINDS
+async def test_a_prompt_too_long_is_trimmed_once_then_answered(kind: str) -> None:
+    """A 400 'context length exceeded' takes DESIGN §6's path: trim, continue, answer."""
+    answers = [tool_round(kind, 1), tool_round(kind, 2), tool_round(kind, 3), too_long(kind)]
+    async with fake_server(*answers, final(kind)) as server:
+        provider = make_provider(kind, server.url, stream=False)
+        result = await run(provider, tools=[add], context=tether.TruncateOldest(keep_last=2))
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "Done."
+    finished = of(result.events, ev.ModelCallFinished)
+    assert finished[3].stop_reason == "model_context_window_exceeded"
+    assert finished[3].raw_stop_reason is not None
+    assert finished[3].raw_stop_reason.startswith("ContextWindowExceeded: ")
+    assert ("continue", "context_trimmed") in [
+        (t.kind, t.reason) for t in of(result.events, ev.Transition)
+    ]
+    sent = server.requests[4].json()["messages"]
+    assert len(sent) == 3  # the question, then the newest exchange
+
+
+@KINDS
+async def test_a_prompt_too_long_that_cannot_be_trimmed_ends_context_exceeded(kind: str) -> None:
+    """With nothing to trim (KeepAll), the run ends context_exceeded, not provider_failed."""
+    async with fake_server(too_long(kind), too_long(kind)) as server:
+        result = await run(make_provider(kind, server.url, stream=False))
+    assert len(server.requests) == 1
+    assert result.termination is tether.Termination.CONTEXT_EXCEEDED
+
+
+async def test_a_keyless_compatible_server_failing_says_no_key_was_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against a non-OpenAI host with no key configured, a 401 says that no key was sent."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    denied = json_answer({"error": {"message": "unauthorized"}}, status=401)
+    async with fake_server(denied) as server:
+        provider = OpenAIProvider(oai.MODEL, base_url=f"{server.url}/v1", api_key=None)
+        result = await run(provider)
+    assert "authorization" not in server.requests[0].headers
+    assert result.termination is tether.Termination.PROVIDER_FAILED
+    assert result.error is not None
+    assert "no API key was sent: none is configured" in result.error
+    assert "OPENAI_API_KEY" in result.error
+
+
+@KINDS
+async def test_httpcore_debug_logs_never_show_a_key_a_server_echoes(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A response header echoing the key is scrubbed from httpcore's DEBUG log records."""
+    answer = json_answer(
+        anth.message_json(text="ok") if kind == "anthropic" else oai.completion_json(text="ok"),
+        headers=[("x-echo-key", SECRET)],
+    )
+    caplog.set_level(logging.DEBUG, logger="httpcore")
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    async with fake_server(answer) as server:
+        result = await run(make_provider(kind, server.url, stream=False))
+    assert result.termination is tether.Termination.ANSWERED
+    headers = [r for r in caplog.records if "receive_response_headers.complete" in r.getMessage()]
+    assert headers
+    assert "[redacted]" in headers[0].getMessage()
+    assert SECRET not in caplog.text
