@@ -89,6 +89,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
@@ -169,8 +170,16 @@ class Server(uvicorn.Server):
         self.service: Service = app.state.service
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.service.drain()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._forced, tg.cancel_scope)  # a second Ctrl-C ends the drain
+            await self.service.drain()
+            tg.cancel_scope.cancel()
         await super().shutdown(sockets)
+
+    async def _forced(self, drain: anyio.CancelScope) -> None:
+        while not self.force_exit:  # noqa: ASYNC110 - uvicorn sets a flag, no event
+            await anyio.sleep(0.1)
+        drain.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
