@@ -1,26 +1,61 @@
-"""What the two service examples share: the demo agent, the run registry, SSE, the answers.
+"""What the two service examples share: agents, security, the run registry, SSE, the routes.
 
 ``examples/fastapi_service.py`` (FastAPI, asyncio, uvicorn) and
-``examples/trio_service.py`` (Starlette, trio, hypercorn) serve the same routes.
-FastAPI is built on Starlette and both run on anyio, so everything here is plain
-Starlette and anyio: each example only wires these into its framework's routes,
-its lifespan and its server.
+``examples/trio_service.py`` (Starlette, trio, hypercorn) serve the same routes
+with the same rules, because every route is a method of :class:`Service`
+taking the Starlette request (and the path's ids) and answering with a
+Starlette response; each example only wires these into its framework's
+routes, its lifespan and its server's shutdown::
 
-The route logic is a function per route, taking the run registry (the app's
-lifespan state) and the request's already parsed parts, and answering with a
-Starlette response::
+    start_run(request)                    POST   /runs                         201
+    run_status(request, run_id)           GET    /runs/{id}                    200
+    run_events(request, run_id)           GET    /runs/{id}/events             SSE
+    cancel_run(request, run_id)           DELETE /runs/{id}                    202
+    approvals(request, run_id)            GET    /runs/{id}/approvals          200
+    answer(request, run_id, call_id)      POST   /runs/{id}/approvals/{call}   200
 
-    start_run(runs, agents, input, agent)  POST   /runs             201, 422 or 503
-    run_status(runs, run_id)               GET    /runs/{id}        200 or 404
-    run_events(runs, run_id, last_id)      GET    /runs/{id}/events SSE or 404
-    cancel_run(runs, run_id)               DELETE /runs/{id}        202 or 404
+Security model:
+
+* **Authentication.** Every request carries ``Authorization: Bearer <token>``.
+  Tokens come from ``TETHER_API_TOKENS``, comma-separated; an entry
+  ``client=token`` names the client, a bare ``token`` is its own client name.
+  Tokens are compared in constant time (``hmac.compare_digest``). A missing or
+  wrong token is 401 with ``WWW-Authenticate: Bearer``. Without the variable
+  the examples refuse to start unless ``--insecure`` is given (then there is
+  no authentication and every caller is the one client ``anonymous``).
+* **Isolation.** A run is visible only to the client that started it; for any
+  other client its id is 404 on every route, as an unknown id is.
+* **Unguessable ids.** Run ids are ``run-`` and 144 random bits
+  (``secrets.token_urlsafe``); the id the client gets is the runtime's.
+* **Bounded requests.** A body must be ``application/json`` (else 415), at most
+  ``max_body_bytes`` (64 KiB; 413, counted while it is read) and a JSON object
+  with exactly the route's fields and types (else 422, saying which); the input
+  is at most ``max_input_chars``.
+* **Quotas.** At most ``max_in_flight_per_client`` runs in flight per client
+  (429 with ``Retry-After``; other clients are unaffected) and
+  ``max_in_flight`` in all (503 with ``Retry-After``).
+* **Shutdown.** :meth:`Service.drain`, which each server calls on SIGINT or
+  SIGTERM before it closes connections: no new runs (503), runs in flight get
+  ``shutdown_grace_s`` to finish and are then cancelled, so they end
+  ``cancelled``; every event stream sends its run's events up to RunFinished,
+  then ``event: shutdown``, and closes.
+
+Not covered: TLS (put the service behind a TLS-terminating proxy when it
+leaves the host), token rotation without a restart, and rate limits other than
+the in-flight quotas.
 """
 
 from __future__ import annotations
 
+import argparse
+import hmac
 import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Concatenate, ParamSpec
 
 import anyio
 import attrs
@@ -37,13 +72,39 @@ from tether.providers import (
     ToolResultBlock,
 )
 
-#: Runs whose handles the service keeps, by default (see ``RunRegistry``).
-MAX_RUNS = 1000
-#: Seconds without an event after which an SSE stream gets a keep-alive comment.
-HEARTBEAT_S = 15.0
+#: The environment variable with the API tokens: ``client=token,token2,...``.
+TOKENS_ENV = "TETHER_API_TOKENS"
+#: The client name of every caller when the service runs with ``--insecure``.
+ANONYMOUS = "anonymous"
 
 
-# --------------------------------------------------------------- the demo agent
+@attrs.frozen(kw_only=True)
+class Settings:
+    """The service's bounds; the defaults suit the demo."""
+
+    #: Runs whose handles are kept; past it the oldest finished runs are dropped.
+    max_runs: int = 1000
+    #: Runs in flight in all (503 past it) and per client (429 past it).
+    max_in_flight: int = 64
+    max_in_flight_per_client: int = 4
+    #: Bytes of a request body (413 past it) and characters of a run's input.
+    max_body_bytes: int = 64 * 1024
+    max_input_chars: int = 16_000
+    #: Seconds runs in flight get to finish on shutdown before they are cancelled.
+    shutdown_grace_s: float = 5.0
+    #: Seconds without an event after which an SSE stream gets a keep-alive comment.
+    heartbeat_s: float = 15.0
+    #: The ``Retry-After`` of a 429 or 503, in seconds.
+    retry_after_s: int = 5
+
+    def __attrs_post_init__(self) -> None:
+        for field in attrs.fields(Settings):
+            value = getattr(self, field.name)
+            if not (value >= 0 if field.name == "shutdown_grace_s" else value > 0):
+                raise ValueError(f"Settings({field.name}=...) must be positive, got {value!r}")
+
+
+# --------------------------------------------------------------- the demo agents
 
 
 @tether.tool
@@ -64,54 +125,184 @@ def demo_script(request: ModelRequest, ctx: ProviderContext) -> Reply:
     return Reply(text=f"Your input has {counts[0]} words.")
 
 
-def demo_agent(name: str = "demo", latency_s: float = 0.05) -> tether.Agent:
-    """An offline agent: each model call takes ``latency_s``, so events arrive over time."""
+def ask_first(point: tether.PolicyPoint, subject: object) -> tether.Verdict | None:
+    """A policy: every tool call waits for a human's approval."""
+    return tether.Verdict.ask("a human approves each tool call") if point == "tool_call" else None
+
+
+def demo_agent(
+    name: str = "demo", latency_s: float = 0.05, *, approval: bool = False
+) -> tether.Agent:
+    """An offline agent: each model call takes ``latency_s``, so events arrive over time.
+
+    With ``approval``, its tool call waits for ``POST /runs/{id}/approvals/{call}``
+    (at most 5 minutes: the run's ``timeout_s``).
+    """
     return tether.Agent(
         name=name,
         instructions="Count the words of the user's input with the word_count tool.",
         provider=ScriptedProvider(demo_script, latency_s=latency_s),
         tools=[word_count],
+        policies=[ask_first] if approval else [],
+        limits=tether.Limits(timeout_s=300),
     )
 
 
 def default_agents() -> dict[str, tether.Agent]:
-    return {"demo": demo_agent(), "slow": demo_agent("slow", latency_s=5.0)}
+    return {
+        "demo": demo_agent(),
+        "slow": demo_agent("slow", latency_s=5.0),
+        "guarded": demo_agent("guarded", approval=True),
+    }
+
+
+# ------------------------------------------------------------------- refusals
+
+
+class Refused(Exception):
+    """A request the service answers with an error status and ``{"detail": ...}``."""
+
+    def __init__(self, status: int, detail: str, headers: Mapping[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"detail": self.detail}, self.status, headers=self.headers)
+
+
+_P = ParamSpec("_P")
+
+
+def _answers(
+    route: Callable[Concatenate[Service, Request, _P], Coroutine[Any, Any, Response]],
+) -> Callable[Concatenate[Service, Request, _P], Coroutine[Any, Any, Response]]:
+    """A route whose ``Refused`` becomes its response."""
+
+    async def answer(
+        self: Service, request: Request, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> Response:
+        try:
+            return await route(self, request, *args, **kwargs)
+        except Refused as refusal:
+            return refusal.response()
+
+    answer.__name__, answer.__doc__ = route.__name__, route.__doc__
+    return answer
+
+
+# ------------------------------------------------------------- authentication
+
+
+def parse_tokens(spec: str) -> dict[str, str]:
+    """``TETHER_API_TOKENS``'s value as ``{client: token}``; ``ValueError`` if malformed.
+
+    Entries are comma-separated, each ``client=token`` or a bare ``token`` (its
+    own client name). No message repeats a token.
+    """
+    clients: dict[str, str] = {}
+    for number, entry in enumerate(spec.split(","), 1):
+        if not entry.strip():
+            continue
+        client, sep, token = (part.strip() for part in entry.partition("="))
+        if not sep:
+            token = client
+        if not client or not token:
+            raise ValueError(f"{TOKENS_ENV}: entry {number} is not 'client=token' or 'token'")
+        if client in clients or token in clients.values():
+            raise ValueError(f"{TOKENS_ENV}: entry {number} repeats another entry's name or token")
+        clients[client] = token
+    if not clients:
+        raise ValueError(f"{TOKENS_ENV} is set but holds no token")
+    return clients
+
+
+class Authenticator:
+    """Who a request comes from, by its bearer token; ``tokens=None``: no authentication."""
+
+    def __init__(self, tokens: Mapping[str, str] | None) -> None:
+        self._tokens = None if tokens is None else [(t.encode(), c) for c, t in tokens.items()]
+
+    @property
+    def insecure(self) -> bool:
+        return self._tokens is None
+
+    def client(self, request: Request) -> str:
+        if self._tokens is None:
+            return ANONYMOUS
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            challenge = 'Bearer realm="tether"'
+            raise Refused(401, "missing bearer token", {"WWW-Authenticate": challenge})
+        presented = given.strip().encode()
+        found = None
+        for token, client in self._tokens:  # every token compared: no early exit
+            if hmac.compare_digest(token, presented):
+                found = client
+        if found is None:
+            challenge = 'Bearer realm="tether", error="invalid_token"'
+            raise Refused(401, "invalid bearer token", {"WWW-Authenticate": challenge})
+        return found
 
 
 # ------------------------------------------------------------- runs and events
 
 
-class RunRegistry:
-    """The handles of the service's runs, by id, bounded at ``max_runs``.
+def new_run_id() -> str:
+    """``run-`` and 144 random bits: an id nobody can guess from another."""
+    return f"run-{secrets.token_urlsafe(18)}"
 
-    Runs in flight are always kept. Starting a run past the bound drops the
-    oldest finished runs; when every kept run is in flight, :meth:`start`
-    returns ``None`` (the service answers 503).
+
+@attrs.frozen
+class _Entry:
+    client: str
+    handle: tether.RunHandle
+
+
+class RunRegistry:
+    """The service's runs by id, each with the client that started it.
+
+    At most ``max_runs`` are kept: starting one past the bound drops the oldest
+    finished runs (their ids then answer 404); runs in flight are always kept.
     """
 
-    def __init__(self, rt: tether.Runtime, max_runs: int = MAX_RUNS) -> None:
-        if max_runs < 1:
-            raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
+    def __init__(self, rt: tether.Runtime, settings: Settings | None = None) -> None:
         self.rt = rt
-        self.max_runs = max_runs
-        self._handles: dict[str, tether.RunHandle] = {}  # oldest first
+        self.settings = settings or Settings()
+        self._entries: dict[str, _Entry] = {}  # oldest first
 
     def __len__(self) -> int:
-        return len(self._handles)
+        return len(self._entries)
 
-    def get(self, run_id: str) -> tether.RunHandle | None:
-        return self._handles.get(run_id)
+    def get(self, client: str, run_id: str) -> tether.RunHandle | None:
+        """The run, if ``client`` started it (else ``None``, as for an unknown id)."""
+        entry = self._entries.get(run_id)
+        return entry.handle if entry is not None and entry.client == client else None
 
-    def start(self, agent: tether.Agent, input: str) -> tether.RunHandle | None:
-        if len(self._handles) >= self.max_runs:
-            for run_id in [rid for rid, h in self._handles.items() if h.done]:
-                del self._handles[run_id]
-                if len(self._handles) < self.max_runs:
+    def in_flight(self, client: str | None = None) -> list[tether.RunHandle]:
+        """The runs not finished yet: all, or ``client``'s."""
+        return [
+            e.handle
+            for e in self._entries.values()
+            if not e.handle.done and client in (None, e.client)
+        ]
+
+    def start(self, client: str, agent: tether.Agent, input: str) -> tether.RunHandle:
+        """Start a run for ``client``; ``Refused`` (429 or 503) past a quota."""
+        s = self.settings
+        retry = {"Retry-After": str(s.retry_after_s)}
+        if len(self.in_flight(client)) >= s.max_in_flight_per_client:
+            raise Refused(429, f"you have {s.max_in_flight_per_client} runs in flight", retry)
+        if len(self.in_flight()) >= s.max_in_flight:
+            raise Refused(503, "too many runs in flight", retry)
+        if len(self._entries) >= s.max_runs:
+            for run_id in [r for r, e in self._entries.items() if e.handle.done]:
+                del self._entries[run_id]
+                if len(self._entries) < s.max_runs:
                     break
             else:
-                return None
-        handle = self.rt.start(agent, input)
-        self._handles[handle.run_id] = handle
+                raise Refused(503, "too many runs in flight", retry)
+        handle = self.rt.start(agent, input, run_id=new_run_id())
+        self._entries[handle.run_id] = _Entry(client, handle)
         return handle
 
 
@@ -121,35 +312,51 @@ def sse_message(event: tether.events.Event) -> str:
     return f"id: {event.seq}\nevent: {type(event).__name__}\ndata: {data}\n\n"
 
 
+#: The last message of every event stream that ends while the server shuts down.
+SHUTDOWN_MESSAGE = 'event: shutdown\ndata: {"reason":"server shutdown"}\n\n'
+
+
 class SSEStream:
     """A run's events as SSE messages: replay from ``after + 1``, then live, until RunFinished.
 
-    An iterator object, not an async generator, so a client that goes away
-    (the server cancels the response) leaves no generator to finalize.
+    When the stream ends while the service shuts down (``closing()``), a last
+    ``event: shutdown`` follows RunFinished. An iterator object, not an async
+    generator, so a client that goes away leaves no generator to finalize.
     """
 
     def __init__(
         self,
         events: AsyncIterator[tether.events.Event],
         after: int = -1,
-        heartbeat_s: float = HEARTBEAT_S,
+        heartbeat_s: float = 15.0,
+        closing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._events = events
         self._after = after
         self._heartbeat_s = heartbeat_s
+        self._closing = closing
+        self._ended = False
 
     def __aiter__(self) -> SSEStream:
         return self
 
     async def __anext__(self) -> str:
-        while True:
+        while not self._ended:
             # Waiting for the next event can be cancelled without losing one.
             with anyio.move_on_after(self._heartbeat_s):
-                event = await self._events.__anext__()
+                try:
+                    event = await self._events.__anext__()
+                except StopAsyncIteration:
+                    self._ended = True
+                    break
                 if event.seq > self._after:
                     return sse_message(event)
                 continue
             return ": keep-alive\n\n"
+        if self._closing():
+            self._closing = lambda: False  # said once
+            return SHUTDOWN_MESSAGE
+        raise StopAsyncIteration
 
 
 def result_json(result: tether.RunResult) -> dict[str, Any]:
@@ -165,70 +372,224 @@ def result_json(result: tether.RunResult) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- the routes
+def _check_fields(
+    body: Mapping[str, Any], required: Mapping[str, type], optional: Mapping[str, type]
+) -> None:
+    """422 unless ``body`` has every required field, no unknown one, each of its type."""
+    unknown = sorted(set(body) - set(required) - set(optional))
+    if unknown:
+        raise Refused(422, f"unknown field(s): {', '.join(repr(k[:40]) for k in unknown[:5])}")
+    for name in required:
+        if name not in body:
+            raise Refused(422, f"missing field {name!r}")
+    names = {str: "a string", bool: "true or false"}
+    for name, kind in {**required, **optional}.items():
+        if name in body and not isinstance(body[name], kind):
+            raise Refused(422, f"field {name!r} must be {names.get(kind, kind.__name__)}")
 
 
-async def read_json(request: Request) -> dict[str, Any]:
-    """The request's body, if it is a JSON object, else ``{}`` (``start_run`` answers 422)."""
-    try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+# ------------------------------------------------------------------ the service
 
 
-def start_run(
-    runs: RunRegistry, agents: Mapping[str, tether.Agent], input: object, agent: object = "demo"
-) -> JSONResponse:
-    """``POST /runs``: start ``agents[agent]`` on ``input`` -> 201 ``{"run_id": ...}``."""
-    if not isinstance(input, str):
-        return JSONResponse({"detail": 'expected {"input": "..."}'}, status_code=422)
-    chosen = agents.get(agent) if isinstance(agent, str) else None
-    if chosen is None:
-        return JSONResponse(
-            {"detail": f"unknown agent {agent!r}; known: {sorted(agents)}"}, status_code=422
+class Service:
+    """The service's state and routes: agents, tokens, runs, shutdown.
+
+    :meth:`running` is the app's lifespan (it holds the Runtime); :meth:`drain`
+    is what the server awaits on SIGINT/SIGTERM before it closes connections.
+    """
+
+    def __init__(
+        self,
+        agents: Mapping[str, tether.Agent] | None = None,
+        *,
+        tokens: Mapping[str, str] | None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.agents = dict(agents) if agents is not None else default_agents()
+        self.auth = Authenticator(tokens)
+        self.settings = settings or Settings()
+        self.closing = False
+        self._runs: RunRegistry | None = None
+
+    @property
+    def runs(self) -> RunRegistry:
+        if self._runs is None:
+            raise Refused(503, "the service is not running")
+        return self._runs
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The Runtime, for the life of the server."""
+        async with tether.Runtime(shutdown_grace_s=self.settings.shutdown_grace_s) as rt:
+            self._runs, self.closing = RunRegistry(rt, self.settings), False
+            try:
+                yield
+            finally:
+                self.closing = True
+
+    async def drain(self) -> None:
+        """Stop taking runs; after the grace, cancel the runs in flight; wait for their end.
+
+        Event streams then send RunFinished and ``event: shutdown`` and close.
+        """
+        if self.closing or self._runs is None:
+            return
+        self.closing = True
+        in_flight = self._runs.in_flight()
+        with anyio.move_on_after(self.settings.shutdown_grace_s):
+            for handle in in_flight:
+                await handle.result()
+        for handle in in_flight:
+            handle.cancel("server shutdown")
+        with anyio.move_on_after(5):  # a cancelled run ends at once; this guards a stuck tool
+            for handle in in_flight:
+                await handle.result()
+
+    def _run(self, request: Request, run_id: str) -> tether.RunHandle:
+        """The caller's run ``run_id``: 401 without a valid token, 404 if not the caller's."""
+        handle = self.runs.get(self.auth.client(request), run_id)
+        if handle is None:
+            raise Refused(404, f"no run {run_id[:80]!r}")
+        return handle
+
+    async def _read_object(self, request: Request) -> dict[str, Any]:
+        """The JSON object of the body: 415, 413 (while reading) or 422 if not one."""
+        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media != "application/json":
+            raise Refused(415, "the body must be JSON, sent with content-type: application/json")
+        limit = self.settings.max_body_bytes
+        too_large = Refused(413, f"the body is larger than {limit} bytes")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        body = bytearray()
+        async with aclosing(request.stream()) as chunks:  # closed when we stop early
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > limit:
+                    raise too_large
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            raise Refused(422, "the body is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise Refused(422, "the body must be a JSON object")
+        return value
+
+    # ------------------------------------------------------------ the routes
+
+    @_answers
+    async def start_run(self, request: Request) -> Response:
+        """``POST /runs`` ``{"input": "...", "agent": "demo"}`` -> 201 ``{"run_id": ...}``."""
+        client = self.auth.client(request)
+        body = await self._read_object(request)
+        _check_fields(body, {"input": str}, {"agent": str})
+        text, name = body["input"], body.get("agent", "demo")
+        if not 0 < len(text) <= self.settings.max_input_chars:
+            raise Refused(422, f"input must be 1 to {self.settings.max_input_chars} characters")
+        agent = self.agents.get(name)
+        if agent is None:
+            raise Refused(422, f"unknown agent {name[:40]!r}; known: {sorted(self.agents)}")
+        if self.closing:
+            raise Refused(503, "the server is shutting down")
+        handle = self.runs.start(client, agent, text)
+        location = {"Location": f"/runs/{handle.run_id}"}
+        return JSONResponse({"run_id": handle.run_id}, 201, headers=location)
+
+    @_answers
+    async def run_status(self, request: Request, run_id: str) -> Response:
+        """``GET /runs/{id}``: ``{"status": "running"}``, or the run's result."""
+        handle = self._run(request, run_id)
+        if not handle.done:
+            return JSONResponse({"run_id": run_id, "status": "running"})
+        return JSONResponse(result_json(await handle.result()))  # finished: returns at once
+
+    @_answers
+    async def run_events(self, request: Request, run_id: str) -> Response:
+        """``GET /runs/{id}/events``: the events after ``Last-Event-ID`` (all without), as SSE."""
+        handle = self._run(request, run_id)
+        try:
+            after = int(request.headers.get("last-event-id", "-1"))
+        except ValueError:
+            after = -1
+        stream = SSEStream(handle.events(), after, self.settings.heartbeat_s, lambda: self.closing)
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    handle = runs.start(chosen, input)
-    if handle is None:
-        return JSONResponse({"detail": "too many runs in flight"}, status_code=503)
-    return JSONResponse({"run_id": handle.run_id}, status_code=201)
+
+    @_answers
+    async def cancel_run(self, request: Request, run_id: str) -> Response:
+        """``DELETE /runs/{id}``: cancel the run -> 202 (also when it has finished already)."""
+        handle = self._run(request, run_id)
+        handle.cancel("cancelled by client")
+        status = "finished" if handle.done else "cancelling"
+        return JSONResponse({"run_id": run_id, "status": status}, status_code=202)
+
+    @_answers
+    async def approvals(self, request: Request, run_id: str) -> Response:
+        """``GET /runs/{id}/approvals``: the tool calls waiting for an answer."""
+        pending = self._run(request, run_id).pending_approvals()
+        listed = [
+            {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
+            for p in pending
+        ]
+        return JSONResponse({"run_id": run_id, "approvals": listed})
+
+    @_answers
+    async def answer(self, request: Request, run_id: str, call_id: str) -> Response:
+        """``POST /runs/{id}/approvals/{call_id}`` ``{"approve": bool, "reason": "..."}``."""
+        handle = self._run(request, run_id)
+        body = await self._read_object(request)
+        _check_fields(body, {"approve": bool}, {"reason": str})
+        reason = body.get("reason") or "rejected by client"
+        if len(reason) > 1000:
+            raise Refused(422, "reason must be at most 1000 characters")
+        if call_id not in {p.call_id for p in handle.pending_approvals()}:
+            raise Refused(404, f"no approval pending for call {call_id[:80]!r}")
+        if body["approve"]:
+            handle.approve(call_id)
+        else:
+            handle.reject(call_id, reason)
+        answered = {"run_id": run_id, "call_id": call_id, "approved": body["approve"]}
+        return JSONResponse(answered)
 
 
-def not_found(run_id: str) -> JSONResponse:
-    return JSONResponse({"detail": f"no run {run_id!r}"}, status_code=404)
+# ------------------------------------------------------------ the command line
 
 
-async def run_status(runs: RunRegistry, run_id: str) -> JSONResponse:
-    """``GET /runs/{id}``: ``{"status": "running"}``, or the run's result."""
-    handle = runs.get(run_id)
-    if handle is None:
-        return not_found(run_id)
-    if not handle.done:
-        return JSONResponse({"run_id": run_id, "status": "running"})
-    return JSONResponse(result_json(await handle.result()))  # finished: returns at once
-
-
-def run_events(runs: RunRegistry, run_id: str, last_event_id: str | None = None) -> Response:
-    """``GET /runs/{id}/events``: the events after ``Last-Event-ID`` (all, without one), as SSE."""
-    handle = runs.get(run_id)
-    if handle is None:
-        return not_found(run_id)
-    try:
-        after = int(last_event_id) if last_event_id is not None else -1
-    except ValueError:
-        after = -1
-    return StreamingResponse(
-        SSEStream(handle.events(), after),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+def command_line(
+    description: str, argv: list[str] | None = None
+) -> tuple[argparse.Namespace, dict[str, str] | None]:
+    """The options and the tokens (``None`` with ``--insecure``); exits if tokens are missing."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--host", default=os.environ.get("TETHER_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("TETHER_PORT", "8000")))
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=float(os.environ.get("TETHER_SHUTDOWN_GRACE", "5")),
+        help="seconds runs get to finish on shutdown before they are cancelled (default 5)",
     )
-
-
-def cancel_run(runs: RunRegistry, run_id: str) -> JSONResponse:
-    """``DELETE /runs/{id}``: cancel the run -> 202 (also when it has finished already)."""
-    handle = runs.get(run_id)
-    if handle is None:
-        return not_found(run_id)
-    handle.cancel("cancelled by client")
-    status = "finished" if handle.done else "cancelling"
-    return JSONResponse({"run_id": run_id, "status": status}, status_code=202)
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve without authentication when {TOKENS_ENV} is not set",
+    )
+    args = parser.parse_args(argv)
+    if not args.shutdown_grace >= 0:
+        parser.error("--shutdown-grace must be >= 0")
+    spec = os.environ.get(TOKENS_ENV)
+    if spec is None:
+        if not args.insecure:
+            sys.exit(
+                f"error: {TOKENS_ENV} is not set (e.g. 'alice=<token>,bob=<token>'); "
+                "pass --insecure to serve without authentication"
+            )
+        print("warning: serving without authentication (--insecure)", file=sys.stderr)
+        return args, None
+    try:
+        return args, parse_tokens(spec)
+    except ValueError as e:
+        sys.exit(f"error: {e}")

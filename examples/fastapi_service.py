@@ -1,152 +1,193 @@
 """tether in a FastAPI service, on asyncio with uvicorn.
 
-Install and run (offline: the demo agent plays a scripted model)::
+Install and run (offline: the demo agents play a scripted model)::
 
     pip install 'tether[examples]'
+    export TETHER_API_TOKENS="alice=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
     python examples/fastapi_service.py              # http://127.0.0.1:8000
     python examples/fastapi_service.py --port 9000  # or TETHER_HOST / TETHER_PORT
 
-Routes::
+Routes (every one needs ``Authorization: Bearer <token>``)::
 
     POST   /runs              {"input": "...", "agent": "demo"}  -> 201 {"run_id": ...}
     GET    /runs/{id}/events  the run's events as Server-Sent Events: every event
                               from the first, then live ones, until RunFinished
     GET    /runs/{id}         {"status": "running"} or the result
     DELETE /runs/{id}         cancel the run -> 202
+    GET    /runs/{id}/approvals            the tool calls waiting for approval
+    POST   /runs/{id}/approvals/{call_id}  {"approve": true|false, "reason": "..."}
+
+Agents: ``demo`` (answers in about 0.1 s), ``slow`` (5 s per model call) and
+``guarded`` (its tool call waits for approval).
+
+Security (the same in ``examples/trio_service.py``; see ``examples/_service.py``):
+
+* ``TETHER_API_TOKENS`` holds the API tokens, comma-separated: ``client=token``
+  names the client, a bare ``token`` is its own client name. Without it the
+  service refuses to start, unless ``--insecure`` (no authentication at all:
+  only for a trusted machine). A missing or wrong token is 401 with
+  ``WWW-Authenticate: Bearer``; tokens are compared in constant time.
+* A run belongs to the client that started it: any other client gets 404 for
+  it on every route. Run ids are random (``run-`` and 144 bits).
+* A body must be ``application/json`` (415), at most 64 KiB (413, counted while
+  it is read) and a JSON object with the route's fields and types (422); an
+  input is at most 16,000 characters.
+* At most 4 runs in flight per client (429 with ``Retry-After``) and 64 in
+  all (503). Quotas and sizes are ``Settings`` fields.
+* Ctrl-C or SIGTERM: no new runs (503); runs in flight get ``--shutdown-grace``
+  seconds (default 5) to finish, then are cancelled; each event stream sends
+  its run's events up to RunFinished, then ``event: shutdown``, and closes;
+  then the server exits.
+
+No TLS here: serve it behind a TLS-terminating proxy when it leaves the host.
 
 Try it::
 
-    curl -s -X POST localhost:8000/runs -H 'content-type: application/json' \\
+    H="Authorization: Bearer $TOKEN"  # a token of TETHER_API_TOKENS
+    curl -s -X POST localhost:8000/runs -H "$H" -H 'content-type: application/json' \\
          -d '{"input": "how many words is this"}'
-    # {"run_id":"run-3f2a1c-1"}
-    curl -N localhost:8000/runs/run-3f2a1c-1/events
+    # {"run_id":"run-q3Vh9x0b..."}
+    curl -N -H "$H" localhost:8000/runs/<id>/events
     # id: 0
     # event: RunStarted
-    # data: {"run_id":"run-3f2a1c-1","seq":0,"round":0,...,"type":"RunStarted"}
+    # data: {"run_id":"run-q3Vh9x0b...","seq":0,"round":0,...,"type":"RunStarted"}
     # ...
     # event: RunFinished
-    curl -s localhost:8000/runs/run-3f2a1c-1
+    curl -s -H "$H" localhost:8000/runs/<id>
     # {"run_id":...,"status":"finished","termination":"answered",
     #  "output":"Your input has 5 words.","usage":{...},"summary":"Model → Tools(1) → ..."}
 
-    # A slow agent (5 s per model call), cancelled while its events stream:
-    curl -s -X POST localhost:8000/runs -H 'content-type: application/json' \\
-         -d '{"input": "take your time", "agent": "slow"}'
-    curl -N localhost:8000/runs/<id>/events &
-    curl -s -X DELETE localhost:8000/runs/<id>
+    # A run whose tool call waits for approval:
+    curl -s -X POST localhost:8000/runs -H "$H" -H 'content-type: application/json' \\
+         -d '{"input": "count me", "agent": "guarded"}'
+    curl -s -H "$H" localhost:8000/runs/<id>/approvals
+    # {"run_id":...,"approvals":[{"call_id":"call_0_0","tool":"word_count",...}]}
+    curl -s -X POST -H "$H" -H 'content-type: application/json' \\
+         localhost:8000/runs/<id>/approvals/call_0_0 -d '{"approve": true}'
+
+    # A slow run, cancelled while its events stream:
+    curl -N -H "$H" localhost:8000/runs/<id>/events &
+    curl -s -X DELETE -H "$H" localhost:8000/runs/<id>
     # the stream ends with RunFinished, termination "cancelled"
 
 Each SSE message is ``id: <seq>``, ``event: <event class>`` and
 ``data: <json of tether.events.dump(event)>``; ``tether.events.load`` reads the
 data back. A client that reconnects with ``Last-Event-ID: <seq>`` gets the
-events after that one. A comment line (``: keep-alive``) is sent after
-``HEARTBEAT_S`` seconds without an event, so proxies keep the stream open.
+events after that one. A comment line (``: keep-alive``) is sent after 15 s
+without an event, so proxies keep the stream open.
 
-The Runtime lives in the app's lifespan: it starts with the server and, on
-shutdown, gives runs in flight ``shutdown_grace_s`` to finish, then cancels
-them (each still ends with one ``RunFinished``).
-
-The service keeps the handles of at most ``max_runs`` runs (``RunRegistry``):
-runs in flight are always kept; starting a run past the bound drops the oldest
-finished runs (their ids then answer 404), and when every kept run is still in
-flight a new run is refused with 503.
+The Runtime lives in the app's lifespan. The service keeps the handles of at
+most ``max_runs`` runs: starting one past the bound drops the oldest finished
+runs (their ids then answer 404).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import contextlib
+import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Header, Request, Response
-from pydantic import BaseModel
+import anyio
+import uvicorn
+from fastapi import FastAPI, Request, Response
 
 import tether
 
 # Run as a script, examples/ is sys.path[0] and this file is no package module.
 if __package__:
-    from ._service import (
-        MAX_RUNS,
-        RunRegistry,
-        cancel_run,
-        default_agents,
-        demo_agent,
-        run_events,
-        run_status,
-        start_run,
-    )
+    from ._service import Service, Settings, command_line
 else:
-    from _service import (
-        MAX_RUNS,
-        RunRegistry,
-        cancel_run,
-        default_agents,
-        demo_agent,
-        run_events,
-        run_status,
-        start_run,
-    )
+    from _service import Service, Settings, command_line
 
-__all__ = ["MAX_RUNS", "RunRegistry", "RunRequest", "create_app", "demo_agent", "main"]
-
-
-class RunRequest(BaseModel):
-    input: str
-    agent: str = "demo"
+__all__ = ["Server", "Service", "Settings", "create_app", "main"]
 
 
 def create_app(
     agents: Mapping[str, tether.Agent] | None = None,
     *,
-    max_runs: int = MAX_RUNS,
-    shutdown_grace_s: float = 5.0,
+    tokens: Mapping[str, str] | None,
+    settings: Settings | None = None,
 ) -> FastAPI:
-    """The service, serving ``agents`` by name (default: ``demo`` and ``slow``).
+    """The service, serving ``agents`` by name (default: ``demo``, ``slow``, ``guarded``).
 
-    The routes answer through the functions of ``examples/_service.py``, which
-    the Starlette example on trio shares.
+    ``tokens`` is ``{client: token}``; ``None`` serves without authentication.
+    The routes answer through ``examples/_service.py``, which the Starlette
+    example on trio shares; the app's ``state.service`` is that Service.
     """
-    known = dict(agents) if agents is not None else default_agents()
+    service = Service(agents, tokens=tokens, settings=settings)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        async with tether.Runtime(shutdown_grace_s=shutdown_grace_s) as rt:
-            # Lifespan state: every request sees it as request.state.runs.
-            yield {"runs": RunRegistry(rt, max_runs)}
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with service.running():
+            yield
 
-    app = FastAPI(title="tether service", lifespan=lifespan)
+    # No /docs or /openapi.json: the API is the routes below, all behind the token.
+    app = FastAPI(
+        title="tether service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.service = service
 
     @app.post("/runs", status_code=201)
-    async def post_run(body: RunRequest, request: Request) -> Response:
-        return start_run(request.state.runs, known, body.input, body.agent)
+    async def post_run(request: Request) -> Response:
+        return await service.start_run(request)
 
     @app.get("/runs/{run_id}")
     async def get_run(run_id: str, request: Request) -> Response:
-        return await run_status(request.state.runs, run_id)
+        return await service.run_status(request, run_id)
 
     @app.get("/runs/{run_id}/events")
-    async def get_run_events(
-        run_id: str, request: Request, last_event_id: Annotated[str | None, Header()] = None
-    ) -> Response:
-        return run_events(request.state.runs, run_id, last_event_id)
+    async def get_run_events(run_id: str, request: Request) -> Response:
+        return await service.run_events(request, run_id)
 
     @app.delete("/runs/{run_id}", status_code=202)
     async def delete_run(run_id: str, request: Request) -> Response:
-        return cancel_run(request.state.runs, run_id)
+        return await service.cancel_run(request, run_id)
+
+    @app.get("/runs/{run_id}/approvals")
+    async def get_approvals(run_id: str, request: Request) -> Response:
+        return await service.approvals(request, run_id)
+
+    @app.post("/runs/{run_id}/approvals/{call_id}")
+    async def post_approval(run_id: str, call_id: str, request: Request) -> Response:
+        return await service.answer(request, run_id, call_id)
 
     return app
 
 
-def main(argv: list[str] | None = None) -> None:
-    import uvicorn
+class Server(uvicorn.Server):
+    """uvicorn's server, which drains the service before it closes connections.
 
-    parser = argparse.ArgumentParser(description="tether FastAPI service (asyncio, uvicorn)")
-    parser.add_argument("--host", default=os.environ.get("TETHER_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("TETHER_PORT", "8000")))
-    args = parser.parse_args(argv)
-    uvicorn.run(create_app(), host=args.host, port=args.port)
+    uvicorn waits for open responses (event streams too) before it runs the
+    lifespan's shutdown, so the runs must end first: :meth:`Service.drain`.
+    """
+
+    def __init__(self, app: FastAPI, **options: Any) -> None:
+        # After the drain, open streams only have their last lines to send.
+        options.setdefault("timeout_graceful_shutdown", 5)
+        super().__init__(uvicorn.Config(app, **options))
+        self.service: Service = app.state.service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._forced, tg.cancel_scope)  # a second Ctrl-C ends the drain
+            await self.service.drain()
+            tg.cancel_scope.cancel()
+        await super().shutdown(sockets)
+
+    async def _forced(self, drain: anyio.CancelScope) -> None:
+        while not self.force_exit:  # noqa: ASYNC110 - uvicorn sets a flag, no event
+            await anyio.sleep(0.1)
+        drain.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, tokens = command_line("tether FastAPI service (asyncio, uvicorn)", argv)
+    app = create_app(tokens=tokens, settings=Settings(shutdown_grace_s=args.shutdown_grace))
+    # uvicorn raises the Ctrl-C it handled again once it is done: that is no error.
+    with contextlib.suppress(KeyboardInterrupt):
+        Server(app, host=args.host, port=args.port).run()
 
 
 if __name__ == "__main__":

@@ -1,72 +1,71 @@
 """tether in a Starlette service on trio, served by hypercorn.
 
-The same routes as ``examples/fastapi_service.py``, on trio: Starlette (and
-FastAPI) are built on anyio, so they run on trio under hypercorn's trio
-worker, and so does tether. Install and run (offline: the demo agent plays a
-scripted model)::
+The same routes and rules as ``examples/fastapi_service.py``, on trio:
+Starlette (and FastAPI) are built on anyio, so they run on trio under
+hypercorn's trio worker, and so does tether. Install and run (offline: the
+demo agents play a scripted model)::
 
     pip install 'tether[examples]'
+    export TETHER_API_TOKENS="alice=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
     python examples/trio_service.py              # http://127.0.0.1:8000
     python examples/trio_service.py --port 9000  # or TETHER_HOST / TETHER_PORT
 
-Routes::
+Routes (every one needs ``Authorization: Bearer <token>``)::
 
     POST   /runs              {"input": "...", "agent": "demo"}  -> 201 {"run_id": ...}
     GET    /runs/{id}/events  the run's events as Server-Sent Events: every event
                               from the first, then live ones, until RunFinished
     GET    /runs/{id}         {"status": "running"} or the result
     DELETE /runs/{id}         cancel the run -> 202
+    GET    /runs/{id}/approvals            the tool calls waiting for approval
+    POST   /runs/{id}/approvals/{call_id}  {"approve": true|false, "reason": "..."}
 
-Try it::
+Agents: ``demo`` (answers in about 0.1 s), ``slow`` (5 s per model call) and
+``guarded`` (its tool call waits for approval).
 
-    curl -s -X POST localhost:8000/runs -H 'content-type: application/json' \\
-         -d '{"input": "how many words is this"}'
-    # {"run_id":"run-3f2a1c-1"}
-    curl -N localhost:8000/runs/run-3f2a1c-1/events
-    # id: 0
-    # event: RunStarted
-    # data: {"run_id":"run-3f2a1c-1","seq":0,"round":0,...,"type":"RunStarted"}
-    # ...
-    # event: RunFinished
-    curl -s localhost:8000/runs/run-3f2a1c-1
-    # {"run_id":...,"status":"finished","termination":"answered",
-    #  "output":"Your input has 5 words.","usage":{...},"summary":"Model → Tools(1) → ..."}
+Security (the same in ``examples/fastapi_service.py``; see ``examples/_service.py``):
 
-    # A slow agent (5 s per model call), cancelled while its events stream:
-    curl -s -X POST localhost:8000/runs -H 'content-type: application/json' \\
-         -d '{"input": "take your time", "agent": "slow"}'
-    curl -N localhost:8000/runs/<id>/events &
-    curl -s -X DELETE localhost:8000/runs/<id>
-    # the stream ends with RunFinished, termination "cancelled"
+* ``TETHER_API_TOKENS`` holds the API tokens, comma-separated: ``client=token``
+  names the client, a bare ``token`` is its own client name. Without it the
+  service refuses to start, unless ``--insecure`` (no authentication at all:
+  only for a trusted machine). A missing or wrong token is 401 with
+  ``WWW-Authenticate: Bearer``; tokens are compared in constant time.
+* A run belongs to the client that started it: any other client gets 404 for
+  it on every route. Run ids are random (``run-`` and 144 bits).
+* A body must be ``application/json`` (415), at most 64 KiB (413, counted while
+  it is read) and a JSON object with the route's fields and types (422); an
+  input is at most 16,000 characters.
+* At most 4 runs in flight per client (429 with ``Retry-After``) and 64 in
+  all (503). Quotas and sizes are ``Settings`` fields.
+* Ctrl-C or SIGTERM: no new runs (503); runs in flight get ``--shutdown-grace``
+  seconds (default 5) to finish, then are cancelled; each event stream sends
+  its run's events up to RunFinished, then ``event: shutdown``, and closes;
+  then the server exits.
 
+No TLS here: serve it behind a TLS-terminating proxy when it leaves the host.
+
+Try it: the ``curl`` session of ``examples/fastapi_service.py`` works as is.
 Each SSE message is ``id: <seq>``, ``event: <event class>`` and
 ``data: <json of tether.events.dump(event)>``. A client that reconnects with
 ``Last-Event-ID: <seq>`` gets the events after that one; a ``: keep-alive``
-comment is sent after ``HEARTBEAT_S`` seconds without an event.
+comment is sent after 15 s without an event.
 
 The Runtime lives in the app's lifespan, which hypercorn runs in a trio task
-for the life of the server. Ctrl-C or SIGTERM shuts the server down
-gracefully: runs in flight get ``shutdown_grace_s`` to finish, then are
-cancelled (each still ends with one ``RunFinished``).
+for the life of the server. hypercorn closes connections before that
+lifespan ends, so the shutdown trigger drains the service first
+(``Service.drain``).
 
-The service keeps the handles of at most ``max_runs`` runs (``RunRegistry``):
-runs in flight are always kept; starting a run past the bound drops the oldest
-finished runs (their ids then answer 404), and when every kept run is still in
-flight a new run is refused with 503.
-
-To embed it in a trio program of your own, ``await serve(host, port)`` (or
-``nursery.start(serve, host, port, shutdown_trigger=event.wait)``, which
+To embed it in a trio program of your own, ``await serve(app, host, port)`` (or
+``nursery.start(serve, app, host, port, shutdown_trigger=event.wait)``, which
 returns the bound URLs once the server listens).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from functools import partial
 
 import trio
 from hypercorn.config import Config
@@ -79,113 +78,110 @@ import tether
 
 # Run as a script, examples/ is sys.path[0] and this file is no package module.
 if __package__:
-    from ._service import (
-        MAX_RUNS,
-        RunRegistry,
-        cancel_run,
-        default_agents,
-        demo_agent,
-        read_json,
-        run_events,
-        run_status,
-        start_run,
-    )
+    from ._service import Service, Settings, command_line
 else:
-    from _service import (
-        MAX_RUNS,
-        RunRegistry,
-        cancel_run,
-        default_agents,
-        demo_agent,
-        read_json,
-        run_events,
-        run_status,
-        start_run,
-    )
+    from _service import Service, Settings, command_line
 
-__all__ = ["MAX_RUNS", "RunRegistry", "create_app", "demo_agent", "main", "make_config", "serve"]
+__all__ = ["Service", "Settings", "create_app", "main", "make_config", "serve"]
 
 
 def create_app(
     agents: Mapping[str, tether.Agent] | None = None,
     *,
-    max_runs: int = MAX_RUNS,
-    shutdown_grace_s: float = 5.0,
+    tokens: Mapping[str, str] | None,
+    settings: Settings | None = None,
 ) -> Starlette:
-    """The service, serving ``agents`` by name (default: ``demo`` and ``slow``).
+    """The service, serving ``agents`` by name (default: ``demo``, ``slow``, ``guarded``).
 
-    The routes answer through the functions of ``examples/_service.py``, which
-    the FastAPI example on asyncio shares.
+    ``tokens`` is ``{client: token}``; ``None`` serves without authentication.
+    The routes answer through ``examples/_service.py``, which the FastAPI
+    example on asyncio shares; the app's ``state.service`` is that Service.
     """
-    known = dict(agents) if agents is not None else default_agents()
+    service = Service(agents, tokens=tokens, settings=settings)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        async with tether.Runtime(shutdown_grace_s=shutdown_grace_s) as rt:
-            # Lifespan state: every request sees it as request.state.runs.
-            yield {"runs": RunRegistry(rt, max_runs)}
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with service.running():
+            yield
 
     async def post_run(request: Request) -> Response:
-        body = await read_json(request)
-        return start_run(request.state.runs, known, body.get("input"), body.get("agent", "demo"))
+        return await service.start_run(request)
 
     async def get_run(request: Request) -> Response:
-        return await run_status(request.state.runs, request.path_params["run_id"])
+        return await service.run_status(request, request.path_params["run_id"])
 
     async def get_run_events(request: Request) -> Response:
-        run_id, last_event_id = request.path_params["run_id"], request.headers.get("last-event-id")
-        return run_events(request.state.runs, run_id, last_event_id)
+        return await service.run_events(request, request.path_params["run_id"])
 
     async def delete_run(request: Request) -> Response:
-        return cancel_run(request.state.runs, request.path_params["run_id"])
+        return await service.cancel_run(request, request.path_params["run_id"])
+
+    async def get_approvals(request: Request) -> Response:
+        return await service.approvals(request, request.path_params["run_id"])
+
+    async def post_approval(request: Request) -> Response:
+        params = request.path_params
+        return await service.answer(request, params["run_id"], params["call_id"])
 
     routes = [
         Route("/runs", post_run, methods=["POST"]),
         Route("/runs/{run_id}", get_run, methods=["GET"]),
         Route("/runs/{run_id}", delete_run, methods=["DELETE"]),
         Route("/runs/{run_id}/events", get_run_events, methods=["GET"]),
+        Route("/runs/{run_id}/approvals", get_approvals, methods=["GET"]),
+        Route("/runs/{run_id}/approvals/{call_id}", post_approval, methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = service
+    return app
 
 
 def make_config(host: str = "127.0.0.1", port: int = 8000) -> Config:
     config = Config()
     config.bind = [f"{host}:{port}"]
-    config.graceful_timeout = 5.0
+    config.graceful_timeout = 5.0  # after the drain: streams only have their last lines to send
     return config
 
 
-async def serve(
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    *,
-    app: Starlette | None = None,
-    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
-    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve on trio until ``shutdown_trigger`` returns; ``task_status`` gets the bound URLs."""
-    from hypercorn.trio import serve as hypercorn_serve
-
-    await hypercorn_serve(
-        app or create_app(),  # type: ignore[arg-type]
-        make_config(host, port),
-        shutdown_trigger=shutdown_trigger,
-        task_status=task_status,
-    )
-
-
-async def _until_signalled() -> None:
+async def until_signalled() -> None:
+    """Return on the first SIGINT or SIGTERM (a second one interrupts as usual)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             return
 
 
+async def serve(
+    app: Starlette,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] = until_signalled,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on trio until ``shutdown_trigger`` returns and the service has drained.
+
+    ``task_status`` gets the bound URLs.
+    """
+    from hypercorn.trio import serve as hypercorn_serve
+
+    service: Service = app.state.service
+
+    async def drained() -> None:
+        await shutdown_trigger()
+        await service.drain()
+
+    await hypercorn_serve(
+        app,  # type: ignore[arg-type]
+        make_config(host, port),
+        shutdown_trigger=drained,
+        task_status=task_status,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="tether Starlette service (trio, hypercorn)")
-    parser.add_argument("--host", default=os.environ.get("TETHER_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("TETHER_PORT", "8000")))
-    args = parser.parse_args(argv)
-    trio.run(lambda: serve(args.host, args.port, shutdown_trigger=_until_signalled))
+    args, tokens = command_line("tether Starlette service (trio, hypercorn)", argv)
+    app = create_app(tokens=tokens, settings=Settings(shutdown_grace_s=args.shutdown_grace))
+    trio.run(partial(serve, app, args.host, args.port))
 
 
 if __name__ == "__main__":
