@@ -65,6 +65,12 @@ def assert_consistent(result: tether.RunResult) -> None:
     assert sorted(uses) == sorted(results), "pairing rule: one tool_result per tool_use"
 
 
+async def cancel_once_blocked(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` as soon as every other task is blocked: no clock involved."""
+    await anyio.wait_all_tasks_blocked()
+    scope.cancel()
+
+
 def task_names() -> set[str]:
     return {t.name for t in anyio.get_running_tasks()}
 

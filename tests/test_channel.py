@@ -8,6 +8,8 @@ import pytest
 from tether.actors import ReplyChannel
 from tether.actors._base import spawn_mailbox
 
+from .helpers import cancel_once_blocked
+
 pytestmark = pytest.mark.anyio
 
 
@@ -100,8 +102,10 @@ async def test_abandoning_wakes_a_blocked_sender_with_broken() -> None:
 
 async def test_a_parked_receive_is_cancellable_and_the_channel_stays_usable() -> None:
     channel: ReplyChannel[int] = ReplyChannel(1)
-    with anyio.move_on_after(0.01) as scope:
-        await channel.receive()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_blocked, scope)
+            await channel.receive()
     assert scope.cancelled_caught
     channel.send_nowait(7)
     assert await channel.receive() == 7
@@ -110,8 +114,10 @@ async def test_a_parked_receive_is_cancellable_and_the_channel_stays_usable() ->
 async def test_a_parked_sender_is_cancellable() -> None:
     channel: ReplyChannel[int] = ReplyChannel(1)
     channel.send_nowait(0)
-    with anyio.move_on_after(0.01) as scope:
-        await channel.send(1)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_blocked, scope)
+            await channel.send(1)
     assert scope.cancelled_caught
     assert await channel.receive() == 0
     channel.send_nowait(2)  # room again

@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 import tether
-from tests.helpers import assert_consistent, of, transitions
+from tests.helpers import AUTOJUMP, assert_consistent, of, transitions
 from tether import events as ev
 from tether.actors import (
     ReplyChannel,
@@ -347,8 +347,9 @@ async def test_tool_error_goes_back_to_the_model_with_its_message() -> None:
     assert result.termination == "answered"
 
 
-async def test_transient_error_is_retried_with_backoff_until_success() -> None:
-    """A `TransientToolError` is retried after a backoff wait; success on attempt 2 is ok."""
+@AUTOJUMP
+async def test_transient_error_is_retried_with_backoff_until_success(anyio_backend: Any) -> None:
+    """A `TransientToolError` is retried after the exact backoff (trio: virtual time); 2nd is ok."""
     stamps: list[float] = []
 
     @tether.tool
@@ -364,7 +365,7 @@ async def test_transient_error_is_retried_with_backoff_until_success() -> None:
     result = await run(agent)
     (done,) = finished(result)
     assert (done.outcome, done.is_error, done.attempts, done.content) == ("ok", False, 2, "fine")
-    assert stamps[1] - stamps[0] >= 0.015
+    assert stamps[1] - stamps[0] == pytest.approx(0.02)
     assert result.usage.tool_calls == 1
     assert result.termination == "answered"
 
@@ -724,9 +725,10 @@ async def test_sequential_tools_never_overlap() -> None:
 # --------------------------------------------------------------- timeouts, sync tools
 
 
+@AUTOJUMP
 @pytest.mark.parametrize("retries", [0, 1])
-async def test_async_tool_timeout(retries: int) -> None:
-    """An async tool past its `timeout_s` is cancelled: `timeout` after its retries."""
+async def test_async_tool_timeout(retries: int, anyio_backend: Any) -> None:
+    """An async tool past its `timeout_s` is cancelled: `timeout` after retries (trio: virtual)."""
 
     @tether.tool(timeout_s=0.05)
     async def slow() -> str:
@@ -765,8 +767,9 @@ async def test_sync_and_async_tools_both_work() -> None:
     assert result.termination == "answered"
 
 
-async def test_sync_tool_past_its_timeout_is_abandoned() -> None:
-    """A sync tool past its timeout is abandoned: `timeout`, its late result discarded."""
+@AUTOJUMP
+async def test_sync_tool_past_its_timeout_is_abandoned(anyio_backend: Any) -> None:
+    """A sync tool past its timeout is abandoned: `timeout`, late result dropped (trio: virtual)."""
     release, returned = threading.Event(), threading.Event()
 
     @tether.tool(timeout_s=0.05)

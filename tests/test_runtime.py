@@ -23,7 +23,7 @@ from tether.providers import (
     ToolCall,
 )
 
-from .helpers import AUTOJUMP, assert_consistent, of
+from .helpers import AUTOJUMP, assert_consistent, cancel_once_blocked, of
 
 pytestmark = pytest.mark.anyio
 
@@ -168,8 +168,11 @@ async def test_caller_cancellation_of_run_cancels_the_run() -> None:
     """Cancelling the caller of rt.run() cancels the run, which still finishes."""
     slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
     async with tether.Runtime() as rt:
-        with anyio.move_on_after(0.05):
-            await rt.run(slow, "q")
+        with anyio.CancelScope() as caller:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_once_blocked, caller)
+                await rt.run(slow, "q")
+        assert caller.cancelled_caught
         (run,) = rt._runs.values()
         await run.wait_finished()
         assert run.result is not None
@@ -178,16 +181,21 @@ async def test_caller_cancellation_of_run_cancels_the_run() -> None:
     assert rt.running == 0
 
 
-async def test_runtime_exit_cancels_runs_after_grace() -> None:
-    """Runs still in flight when the Runtime exits get the grace period, then end cancelled."""
+@AUTOJUMP
+async def test_runtime_exit_cancels_runs_after_grace(anyio_backend: Any) -> None:
+    """Runs in flight at exit get the grace period, then end cancelled (trio: virtual time)."""
     slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
-    async with tether.Runtime(shutdown_grace_s=0.01) as rt:
+    async with tether.Runtime(shutdown_grace_s=1) as rt:
         handles = [rt.start(slow, "q") for _ in range(5)]
         quick = rt.start(quick_agent(), "q")
+        start = anyio.current_time()
+    assert anyio.current_time() - start == pytest.approx(1)
     results = [h._run.result for h in handles]
     assert all(r is not None and r.termination is tether.Termination.CANCELLED for r in results)
     assert all(r is not None and r.error == "runtime shutdown" for r in results)
-    assert quick.done
+    quick_result = await quick.result()
+    assert quick_result.termination is tether.Termination.ANSWERED
+    assert quick_result.output == "hi"
 
 
 async def test_runtime_exit_waits_for_runs_within_grace() -> None:
@@ -227,16 +235,20 @@ async def test_deadline_on_autojump_clock(anyio_backend: Any) -> None:
     assert_consistent(result)
 
 
-async def test_deadline_real_clock_short() -> None:
-    """A short timeout ends the run deadline on either backend."""
+@AUTOJUMP
+async def test_deadline_short(anyio_backend: Any) -> None:
+    """A sub-second timeout_s ends the run deadline at that instant (trio: virtual time)."""
     agent = tether.Agent(
         name="slow",
         provider=ScriptedProvider([Reply(text="x")], latency_s=10),
         limits=tether.Limits(timeout_s=0.05),
     )
     async with tether.Runtime() as rt:
+        start = anyio.current_time()
         result = await rt.run(agent, "q")
+        elapsed = anyio.current_time() - start
     assert result.termination is tether.Termination.DEADLINE
+    assert elapsed == pytest.approx(0.05)
 
 
 # ------------------------------------------------------------------- crashes
