@@ -454,7 +454,7 @@ async def test_ask_waits_for_the_host_to_approve() -> None:
             async for event in handle.events():
                 if isinstance(event, ev.PolicyChecked) and event.verdict == "ask":
                     break
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert not handle.done, "the run must wait for the host's answer"
             handle.approve("c1")
             result = await handle.result()

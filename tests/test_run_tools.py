@@ -668,7 +668,7 @@ async def test_parallel_calls_are_bounded_by_max_parallel(max_parallel: int) -> 
         """Do some work."""
         active[0] += 1
         peak[0] = max(peak[0], active[0])
-        await anyio.sleep(0.005)
+        await anyio.wait_all_tasks_blocked()  # every call that can start has started
         active[0] -= 1
         return n
 
@@ -692,7 +692,7 @@ async def test_sequential_tools_never_overlap() -> None:
         """Write a record."""
         active[0] += 1
         log.append(("write", n, active[0]))
-        await anyio.sleep(0.002)
+        await anyio.wait_all_tasks_blocked()
         active[0] -= 1
         return n
 
@@ -701,7 +701,7 @@ async def test_sequential_tools_never_overlap() -> None:
         """Read a record."""
         active[0] += 1
         log.append(("read", n, active[0]))
-        await anyio.sleep(0.002)
+        await anyio.wait_all_tasks_blocked()
         active[0] -= 1
         return n
 

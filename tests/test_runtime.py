@@ -404,21 +404,23 @@ async def test_events_replay_then_follow_live() -> None:
 
 
 async def test_slow_reader_never_stalls_the_run_nor_misses_events() -> None:
-    """A reader that sleeps on each event sees every event; the run finishes without it."""
+    """A reader stalled on its first event sees every event; the run finishes without it."""
     agent = tether.Agent(name="a", provider=ScriptedProvider([Reply(text="x")]))
     seen: list[ev.Event] = []
+    run_done = anyio.Event()
     async with tether.Runtime() as rt:
         handle = rt.start(agent, "q")
 
         async def slow_reader() -> None:
             async for event in handle.events():
                 seen.append(event)
-                await anyio.sleep(0.001)
+                await run_done.wait()  # stalls until the run has finished
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow_reader)
             result = await handle.result()
             assert len(seen) < len(result.events), "the run finished ahead of its reader"
+            run_done.set()
     assert seen == list(result.events)
 
 
@@ -433,7 +435,7 @@ async def test_max_concurrent_runs_queues() -> None:
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                await anyio.sleep(0.01)
+                await anyio.wait_all_tasks_blocked()  # every run that may start has started
                 async with contextlib.aclosing(super().stream(request, ctx)) as inner:
                     async for item in inner:
                         yield item
