@@ -206,11 +206,11 @@ async def test_a_call_waiting_for_the_shared_budget_can_be_cancelled() -> None:
         first = rt.start(agent, "q")
         # The first call holds the whole budget (the scripted provider sets no
         # max_tokens of its own), so the second waits for room.
-        while rt.budget is None or rt.budget.reserved_tokens < 1_000:
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
+        assert rt.budget is not None
+        assert rt.budget.reserved_tokens == 1_000
         second = rt.start(agent, "q")
-        for _ in range(100):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()  # the second is parked, waiting for room
         second.cancel("enough")
         waiting = await second.result()
         assert rt.budget.reserved_tokens == 1_000  # the first still holds its own

@@ -51,8 +51,7 @@ async def test_receiver_parks_until_a_send() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(receiver)
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
         assert got == []
         channel.send_nowait("hello")
     assert got == ["hello"]
@@ -94,8 +93,7 @@ async def test_abandoning_wakes_a_blocked_sender_with_broken() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(sender)
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
         channel.abandon()
     assert outcome == ["broken"]
 
@@ -147,8 +145,7 @@ async def test_the_doorbell_wakes_an_actor_parked_on_its_mailbox() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor)
         for i in range(3):
-            for _ in range(3):
-                await anyio.lowlevel.checkpoint()  # the actor is parked on its doorbell
+            await anyio.wait_all_tasks_blocked()  # the actor is parked on its doorbell
             request = Echo(i)
             await ref.send(request)
             assert await request.reply.receive() == 2 * i
