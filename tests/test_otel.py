@@ -24,6 +24,8 @@ from tether import events as ev
 from tether.otel import OtelSink, combine
 from tether.providers import Fault, InvalidRequest, Reply, ScriptedProvider, ToolCall
 
+from .helpers import first, of
+
 pytestmark = pytest.mark.anyio
 
 
@@ -138,7 +140,7 @@ async def test_one_run_with_a_tool(
     assert "tether.input" not in a  # content is opt-in
 
     # Model calls: usage and finish reasons from each ModelCallFinished.
-    finished = [e for e in result.events if isinstance(e, ev.ModelCallFinished)]
+    finished = of(result.events, ev.ModelCallFinished)
     assert len(finished) == 2
     for span, done in zip(chats, finished, strict=True):
         c = attrs_of(span)
@@ -155,7 +157,7 @@ async def test_one_run_with_a_tool(
     ]
 
     # The tool call.
-    started = next(e for e in result.events if isinstance(e, ev.ToolCallStarted))
+    started = of(result.events, ev.ToolCallStarted)[0]
     t = attrs_of(tool)
     assert t["gen_ai.operation.name"] == "execute_tool"
     assert t["gen_ai.tool.name"] == "add"
@@ -183,9 +185,7 @@ async def test_concurrent_runs_span_count_and_no_leak(
     sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         handles = [rt.start(agent, f"q{i}") for i in range(n)]
-        async for event in handles[0].events():
-            if isinstance(event, ev.ModelCallStarted):
-                break  # that run is in its model call: its span is open
+        await first(handles[0], ev.ModelCallStarted)  # that run's spans are open
         assert 0 < sink.open_runs <= n
         results = [await h.result() for h in handles]
     assert all(r.termination is tether.Termination.ANSWERED for r in results)

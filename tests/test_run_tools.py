@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 import tether
-from tests.helpers import AUTOJUMP, assert_consistent, of, transitions
+from tests.helpers import AUTOJUMP, add, assert_consistent, calls, of, run, transitions
 from tether import events as ev
 from tether.actors import (
     ReplyChannel,
@@ -41,20 +41,6 @@ pytestmark = pytest.mark.anyio
 FAST = ToolSettings(backoff=Backoff(initial=0.001, cap=0.001, jitter=False))
 
 # ----------------------------------------------------------------------------- tools
-
-calls: Counter[str] = Counter()
-
-
-@pytest.fixture(autouse=True)
-def _reset_calls() -> None:
-    calls.clear()
-
-
-@tether.tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    calls["add"] += 1
-    return a + b
 
 
 @tether.tool
@@ -97,13 +83,6 @@ def make(
     provider = ScriptedProvider(script, record=True)
     agent_kwargs.setdefault("tool_settings", FAST)
     return tether.Agent(name="t", provider=provider, tools=tools, **agent_kwargs), provider
-
-
-async def run(agent: tether.Agent, question: str = "q") -> tether.RunResult:
-    async with tether.Runtime() as rt:
-        result = await rt.run(agent, question)
-    assert_consistent(result)
-    return result
 
 
 def finished(result: tether.RunResult) -> list[ev.ToolCallFinished]:

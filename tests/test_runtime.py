@@ -23,17 +23,9 @@ from tether.providers import (
     ToolCall,
 )
 
-from .helpers import AUTOJUMP, assert_consistent, cancel_once_blocked, of
+from .helpers import AUTOJUMP, assert_consistent, cancel_once_blocked, first, of
 
 pytestmark = pytest.mark.anyio
-
-
-async def first(handle: tether.RunHandle, cls: type[Any]) -> Any:
-    """Follow a run's events until one of ``cls`` arrives."""
-    async for event in handle.events():
-        if isinstance(event, cls):
-            return event
-    raise AssertionError(f"the run finished without a {cls.__name__}")
 
 
 def quick_agent(name: str = "quick") -> tether.Agent:
