@@ -157,6 +157,7 @@ async def test_registry_is_bounded() -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_fastapi_service_on_asyncio_with_uvicorn() -> None:
+    """The FastAPI example serves the run API under uvicorn on asyncio (127.0.0.1)."""
     pytest.importorskip("fastapi")
     uvicorn = pytest.importorskip("uvicorn")
     from examples.fastapi_service import create_app
@@ -179,6 +180,7 @@ async def test_fastapi_service_on_asyncio_with_uvicorn() -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_service_on_trio_with_hypercorn() -> None:
+    """The trio example serves the run API under hypercorn on trio (127.0.0.1)."""
     pytest.importorskip("starlette")
     pytest.importorskip("hypercorn")
     import trio

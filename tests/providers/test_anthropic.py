@@ -49,6 +49,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_text_reply_and_request_shape(stream: bool) -> None:
+    """A text reply parses (content, stop, usage) and the request has the Messages API shape."""
     async with fake_server(reply(stream)) as server:
         items = await collect(provider(server.url, stream=stream), REQUEST)
     response = final(items)
@@ -84,6 +85,7 @@ async def test_text_reply_and_request_shape(stream: bool) -> None:
 
 
 async def test_request_mapping_tools_results_and_pairing() -> None:
+    """Tools, uses and results map to API blocks: results first, paired; bad input sent as {}."""
     request = ModelRequest(
         system="",
         messages=(
@@ -167,6 +169,7 @@ async def test_request_mapping_tools_results_and_pairing() -> None:
     ],
 )
 async def test_stop_reasons(stream: bool, raw: str | None, expected: StopReason) -> None:
+    """Each stop_reason maps to its StopReason (unknown or null: UNKNOWN); the raw one is kept."""
     async with fake_server(reply(stream, stop=raw)) as server:
         response = final(await collect(provider(server.url, stream=stream), REQUEST))
     assert response.stop_reason is expected
@@ -174,6 +177,7 @@ async def test_stop_reasons(stream: bool, raw: str | None, expected: StopReason)
 
 
 async def test_tool_use_streaming_assembled_from_partial_json() -> None:
+    """Streamed tool uses are built from input_json_delta fragments; cut-off JSON is kept raw."""
     tools = (
         ("toolu_a", "search", ('{"query": "caf', "\\u00e9 ", 'cr\\u00e8me", "limit"', ": 3}")),
         ("toolu_b", "now", ()),  # no input deltas: the start block's input
@@ -192,6 +196,7 @@ async def test_tool_use_streaming_assembled_from_partial_json() -> None:
 
 
 async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
+    """Reads split inside UTF-8 characters, JSON escapes and SSE fields still parse exactly."""
     text = ("Caf\u00e9 \U0001f600 ", 'say "hi" \\ done')
     tools = (("toolu_1", "echo", ('{"s": "\\u00e9\\"\\n', '\U0001f600"}')),)
     body = sse_body(stream_events(text=text, tools=tools, stop="tool_use"))
@@ -222,6 +227,7 @@ async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
 
 
 async def test_stream_ending_without_message_stop() -> None:
+    """A stream that ends without message_stop is StreamInterrupted naming message_stop."""
     async with fake_server(sse_answer(sse_body(stream_events(end=False)))) as server:
         exc = await failure(provider(server.url), REQUEST)
     assert isinstance(exc, StreamInterrupted)
@@ -241,6 +247,7 @@ async def test_stream_ending_without_message_stop() -> None:
     ],
 )
 async def test_200_with_wrong_shape(body: Any) -> None:
+    """A 200 whole answer of the wrong shape is MalformedResponse."""
     async with fake_server(json_answer(body)) as server:
         exc = await failure(provider(server.url, stream=False), REQUEST)
     assert isinstance(exc, MalformedResponse)
@@ -280,12 +287,14 @@ async def test_200_with_wrong_shape(body: Any) -> None:
     ],
 )
 async def test_stream_with_wrong_shape(events: list[tuple[str, Any]]) -> None:
+    """Stream events of the wrong shape or out of order are MalformedResponse."""
     async with fake_server(sse_answer(sse_body(events))) as server:
         exc = await failure(provider(server.url), REQUEST)
     assert isinstance(exc, MalformedResponse)
 
 
 async def test_in_stream_error_event_after_some_text() -> None:
+    """An overloaded error event mid-stream is a transient StreamErrorEvent, after the deltas."""
     events = stream_events(end=False)[:5]
     events.append(
         ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
@@ -301,6 +310,7 @@ async def test_in_stream_error_event_after_some_text() -> None:
 
 
 async def test_in_stream_fatal_error_event() -> None:
+    """An invalid_request_error event in the stream is InvalidRequest with the server's message."""
     events = [
         (
             "error",
@@ -317,6 +327,7 @@ async def test_in_stream_fatal_error_event() -> None:
 
 
 async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ANTHROPIC_API_KEY is read (whitespace stripped), sent as x-api-key, and kept out of repr."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", f"  {SECRET}\n")
     async with fake_server(reply(True)) as server:
         p = AnthropicProvider(MODEL, base_url=server.url)
@@ -328,6 +339,7 @@ async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_missing_key_fails_at_first_request_without_sending(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """With no key the first call is AuthenticationFailed naming the variable; nothing is sent."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     async with fake_server(reply(True)) as server:
         p = AnthropicProvider(MODEL, base_url=server.url)
@@ -341,6 +353,7 @@ async def test_missing_key_fails_at_first_request_without_sending(
 
 
 def test_protocol_price_and_gate_key() -> None:
+    """AnthropicProvider is a Provider with its name, gate key and price; max_tokens must be > 0."""
     p = AnthropicProvider(MODEL, api_key="k", base_url="https://example.test/")
     assert isinstance(p, Provider)
     assert p.name == "anthropic"

@@ -58,6 +58,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_text_reply_and_request_shape(stream: bool) -> None:
+    """A text reply parses (content, stop, usage) and the request has the Chat Completions shape."""
     async with fake_server(reply(stream)) as server:
         items = await collect(provider(server.url, stream=stream), REQUEST)
     response = final(items)
@@ -91,6 +92,7 @@ async def test_text_reply_and_request_shape(stream: bool) -> None:
 
 
 async def test_request_mapping_tools_results_and_pairing() -> None:
+    """Tools, tool calls and results map to Chat Completions messages; errors and raw JSON kept."""
     request = ModelRequest(
         system="sys",
         messages=(
@@ -166,6 +168,7 @@ async def test_request_mapping_tools_results_and_pairing() -> None:
 def test_official_host_uses_max_completion_tokens_and_needs_a_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """api.openai.com gets max_completion_tokens and needs a key; a local server neither."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     official = OpenAIProvider("gpt-4.1", api_key="k")
     assert official.is_official
@@ -180,6 +183,7 @@ def test_official_host_uses_max_completion_tokens_and_needs_a_key(
 
 
 async def test_missing_key_official_fails_without_sending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no key the official host fails AuthenticationFailed naming OPENAI_API_KEY, unsent."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     # never connects: the error comes before any request
     exc = await failure(OpenAIProvider("gpt-4o"), REQUEST)
@@ -190,6 +194,7 @@ async def test_missing_key_official_fails_without_sending(monkeypatch: pytest.Mo
 async def test_missing_key_local_server_sends_no_authorization(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A local server without a key is called with no Authorization header."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with fake_server(reply(True)) as server:
         response = final(await collect(provider(server.url, api_key=None), REQUEST))
@@ -198,6 +203,7 @@ async def test_missing_key_local_server_sends_no_authorization(
 
 
 async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_API_KEY is read, sent as a Bearer token, and kept out of repr."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     async with fake_server(reply(False)) as server:
         p = provider(server.url, stream=False, api_key=None)
@@ -219,6 +225,7 @@ async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 async def test_finish_reasons(stream: bool, raw: str, expected: StopReason) -> None:
+    """Each finish_reason maps to its StopReason (unknown: UNKNOWN); the raw one is kept."""
     async with fake_server(reply(stream, finish=raw)) as server:
         response = final(await collect(provider(server.url, stream=stream), REQUEST))
     assert response.stop_reason is expected
@@ -226,6 +233,7 @@ async def test_finish_reasons(stream: bool, raw: str, expected: StopReason) -> N
 
 
 async def test_null_finish_reason_in_a_whole_response_is_unknown() -> None:
+    """A null finish_reason in a whole answer is UNKNOWN with raw None."""
     async with fake_server(json_answer(completion_json(finish=None))) as server:
         response = final(await collect(provider(server.url, stream=False), REQUEST))
     assert response.stop_reason is StopReason.UNKNOWN
@@ -233,6 +241,7 @@ async def test_null_finish_reason_in_a_whole_response_is_unknown() -> None:
 
 
 async def test_tool_calls_streamed_in_fragments_by_index() -> None:
+    """Streamed tool calls are assembled by index from fragments; cut-off JSON is kept raw."""
     deltas = (
         {
             "index": 0,
@@ -268,6 +277,7 @@ async def test_tool_calls_streamed_in_fragments_by_index() -> None:
 
 
 async def test_whole_response_with_tool_calls() -> None:
+    """A whole answer's tool calls parse; empty arguments are {}, invalid JSON is kept raw."""
     tools = (("call_1", "now", ""), ("call_2", "add", '{"a": 1, "b": 2}'), ("call_3", "x", "{"))
     answer = json_answer(completion_json(text=None, tools=tools, finish="tool_calls"))
     async with fake_server(answer) as server:
@@ -282,6 +292,7 @@ async def test_whole_response_with_tool_calls() -> None:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_stop_with_tool_calls_counts_as_tool_use(stream: bool) -> None:
+    """finish_reason "stop" with tool calls is TOOL_USE, the raw reason kept."""
     if stream:
         deltas = ({"index": 0, "id": "c1", "function": {"name": "now", "arguments": "{}"}},)
         answer = sse_answer(sse_body(stream_chunks(text=(), tool_deltas=deltas, finish="stop")))
@@ -295,6 +306,7 @@ async def test_stop_with_tool_calls_counts_as_tool_use(stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_refusal(stream: bool) -> None:
+    """A refusal (streamed in pieces or whole) is REFUSAL with the refusal as the text."""
     if stream:
         chunks = stream_chunks(text=())
         chunks.insert(1, (None, chunk({"refusal": "I can't help "})))
@@ -309,6 +321,7 @@ async def test_refusal(stream: bool) -> None:
 
 
 async def test_server_without_usage() -> None:
+    """A server that sends no usage gives an empty TokenUsage and no UsageDelta."""
     body = sse_body(stream_chunks(usage=None))
     async with fake_server(sse_answer(body), json_answer(completion_json(usage=None))) as server:
         items = await collect(provider(server.url), REQUEST)
@@ -329,6 +342,7 @@ async def test_usage_sent_with_the_last_choice_chunk() -> None:
 
 
 async def test_stream_ending_cleanly_after_finish_without_done() -> None:
+    """A stream that ends after its finish chunk without [DONE] is a good reply."""
     async with fake_server(sse_answer(sse_body(stream_chunks(done=False)))) as server:
         response = final(await collect(provider(server.url), REQUEST))
     assert response.text == "Hello, world"
@@ -336,6 +350,7 @@ async def test_stream_ending_cleanly_after_finish_without_done() -> None:
 
 @pytest.mark.parametrize("done", [True, False], ids=["done", "eof"])
 async def test_stream_without_finish_reason_is_interrupted(done: bool) -> None:
+    """A stream with no finish_reason ([DONE] or EOF) is StreamInterrupted naming it."""
     body = sse_body(stream_chunks(finish=None, usage=None, done=done))
     async with fake_server(sse_answer(body)) as server:
         exc = await failure(provider(server.url), REQUEST)
@@ -344,6 +359,7 @@ async def test_stream_without_finish_reason_is_interrupted(done: bool) -> None:
 
 
 async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
+    """Reads split inside UTF-8 characters, JSON escapes and [DONE] still parse exactly."""
     text = ("h\u00e9llo \U0001f600", ' "q" \\')
     deltas = (
         {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": '{"s": "\\u00e9\\"'}},
@@ -389,6 +405,7 @@ async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
     ],
 )
 async def test_200_with_wrong_shape(body: Any) -> None:
+    """A 200 whole answer of the wrong shape is MalformedResponse."""
     async with fake_server(json_answer(body)) as server:
         exc = await failure(provider(server.url, stream=False), REQUEST)
     assert isinstance(exc, MalformedResponse)
@@ -409,12 +426,14 @@ async def test_200_with_wrong_shape(body: Any) -> None:
     ],
 )
 async def test_stream_with_wrong_shape(events: list[tuple[str | None, Any]]) -> None:
+    """Stream chunks of the wrong shape (or a tool call with no name) are MalformedResponse."""
     async with fake_server(sse_answer(sse_body(events))) as server:
         exc = await failure(provider(server.url), REQUEST)
     assert isinstance(exc, MalformedResponse)
 
 
 async def test_error_object_inside_the_stream() -> None:
+    """An error object mid-stream is StreamErrorEvent with its message, after the text deltas."""
     events = stream_chunks(finish=None, usage=None, done=False)
     error = {"error": {"message": "The server had an error", "type": "server_error", "code": None}}
     events.append((None, error))
@@ -426,6 +445,7 @@ async def test_error_object_inside_the_stream() -> None:
 
 
 async def test_error_object_in_a_200_body() -> None:
+    """An error object in a 200 whole answer is StreamErrorEvent with its message."""
     answer = json_answer({"error": {"message": "model crashed", "type": "server_error"}})
     async with fake_server(answer) as server:
         exc = await failure(provider(server.url, stream=False), REQUEST)
@@ -446,6 +466,7 @@ async def test_429_insufficient_quota_is_permission_denied() -> None:
 
 
 def test_protocol_price_and_gate_key() -> None:
+    """OpenAIProvider is a Provider with its name, gate key and price; a local model has none."""
     p = OpenAIProvider("gpt-4o-2024-08-06", api_key="k")
     assert isinstance(p, Provider)
     assert p.name == "openai"
@@ -457,6 +478,7 @@ def test_protocol_price_and_gate_key() -> None:
 
 
 async def test_tool_arguments_sent_back_as_compact_json() -> None:
+    """Tool arguments go back as a JSON string of the input; content is None beside them."""
     message = Message(
         role="assistant",
         content=(ToolUseBlock(id="c", name="t", input={"nested": {"é": [1, 2]}}),),
