@@ -42,7 +42,7 @@ from tether.providers import (
     TransientProviderError,
 )
 
-from ..helpers import cancel_once_blocked
+from ..helpers import AUTOJUMP, cancel_once_blocked
 from . import anthropic_wire, openai_wire
 from .fakes import (
     REQUEST,
@@ -153,22 +153,32 @@ async def test_server_answering_json_to_a_stream_request_is_accepted(wire: Wire)
 # ------------------------------------------------------------------ timeouts
 
 
+@AUTOJUMP
 @STREAM
-async def test_slow_first_byte_times_out(wire: Wire, stream: bool) -> None:
-    """No first byte within timeout_s is a transient ProviderTimeout naming the timeout."""
+async def test_slow_first_byte_times_out(wire: Wire, stream: bool, anyio_backend: Any) -> None:
+    """No first byte within timeout_s: a transient ProviderTimeout then (trio: virtual time)."""
     async with fake_server(Answer(first_byte_delay=2.0)) as server:
+        start = anyio.current_time()
         exc = await failure(wire.provider(server.url, stream=stream, timeout_s=0.05), REQUEST)
+        elapsed = anyio.current_time() - start
+    assert len(server.requests) == 1, "the request was sent: the wait was for the answer"
+    assert elapsed == pytest.approx(0.05)
     assert isinstance(exc, ProviderTimeout)
     assert isinstance(exc, TransientProviderError)
     assert "timeout" in str(exc)
 
 
-async def test_slow_event_mid_stream_times_out(wire: Wire) -> None:
-    """A stream that stalls past timeout_s between two reads is a ProviderTimeout."""
+@AUTOJUMP
+async def test_slow_event_mid_stream_times_out(wire: Wire, anyio_backend: Any) -> None:
+    """A stream stalled past timeout_s between two reads: ProviderTimeout (trio: virtual time)."""
     body = wire.stream_body()
     answer = sse_answer(body, at=[len(body) // 2], part_delay=2.0)
     async with fake_server(answer) as server:
-        exc = await failure(wire.provider(server.url, timeout_s=0.05), REQUEST)
+        start = anyio.current_time()
+        items, exc = await items_and_failure(wire.provider(server.url, timeout_s=0.05), REQUEST)
+        elapsed = anyio.current_time() - start
+    assert items, "the first half was read before the stall"
+    assert elapsed == pytest.approx(0.05)
     assert isinstance(exc, ProviderTimeout)
 
 
