@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -11,6 +12,47 @@ import trio.testing
 
 import tether
 from tether import events as ev
+
+#: Calls per tool name, counted by the counting tools below and by some modules'
+#: own tools; conftest.py empties it before every test.
+calls: Counter[str] = Counter()
+
+
+@tether.tool
+async def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    calls["add"] += 1
+    return a + b
+
+
+async def run(agent: tether.Agent, question: str = "q") -> tether.RunResult:
+    """Run ``agent`` once in a fresh Runtime and check the result's invariants."""
+    async with tether.Runtime() as rt:
+        result = await rt.run(agent, question)
+    assert_consistent(result)
+    return result
+
+
+async def first(handle: tether.RunHandle, cls: type[Any]) -> Any:
+    """Follow a run's events until one of ``cls`` arrives, and return it."""
+    async for event in handle.events():
+        if isinstance(event, cls):
+            return event
+    raise AssertionError(f"the run finished without a {cls.__name__}")
+
+
+#: Waits until a started run has reached the point a test wants it at.
+Reached = Callable[[tether.RunHandle], Awaitable[None]]
+
+
+def until_event(cls: type[ev.Event]) -> Reached:
+    """Reached once the run emitted a ``cls`` event and every task is blocked again."""
+
+    async def wait(handle: tether.RunHandle) -> None:
+        await first(handle, cls)
+        await anyio.wait_all_tasks_blocked()
+
+    return wait
 
 
 def kinds(events: Iterable[ev.Event]) -> list[str]:
@@ -24,6 +66,7 @@ def of(events: Iterable[ev.Event], cls: type[Any]) -> list[Any]:
 
 
 def transitions(result: tether.RunResult) -> list[tuple[str, str]]:
+    """The (kind, reason) of each Transition event, in order."""
     return [(t.kind, t.reason) for t in of(result.events, ev.Transition)]
 
 
@@ -65,7 +108,14 @@ def assert_consistent(result: tether.RunResult) -> None:
     assert sorted(uses) == sorted(results), "pairing rule: one tool_result per tool_use"
 
 
+async def cancel_once_blocked(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` as soon as every other task is blocked: no clock involved."""
+    await anyio.wait_all_tasks_blocked()
+    scope.cancel()
+
+
 def task_names() -> set[str]:
+    """The names of the tasks running now."""
     return {t.name for t in anyio.get_running_tasks()}
 
 

@@ -21,6 +21,7 @@ EXPECTED_ROWS = {"B1": 1, "B2": 1, "B3": 4, "B4": 2, "B5": 1, "B6": 2}
 
 @pytest.mark.timeout(180)
 def test_quick_benchmarks_print_every_row_verified(tmp_path: Path) -> None:
+    """`benchmarks --quick` prints and writes every expected row, each measured and verified."""
     out = tmp_path / "bench.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
@@ -58,6 +59,7 @@ def test_quick_benchmarks_print_every_row_verified(tmp_path: Path) -> None:
 
 
 def test_only_rejects_an_unknown_benchmark() -> None:
+    """`benchmarks --only B9` exits 2 with "unknown benchmark"."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(

@@ -9,7 +9,6 @@ never make the run end ``crashed``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -35,23 +34,10 @@ from tether.runtime._state import RunState
 from tether.runtime._toolround import Approvals, ToolRound
 from tether.runtime._trail import Trail
 
-from .helpers import assert_consistent, of
+from .helpers import Reached, assert_consistent, of, until_event
 from .providers.fakes import Answer, fake_server, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
-
-Reached = Callable[[tether.RunHandle], Awaitable[None]]
-
-
-def until_event(cls: type[ev.Event]) -> Reached:
-    async def wait(handle: tether.RunHandle) -> None:
-        async for event in handle.events():
-            if isinstance(event, cls):
-                await anyio.wait_all_tasks_blocked()
-                return
-        raise AssertionError(f"no {cls.__name__}")
-
-    return wait
 
 
 def until(flag: anyio.Event) -> Reached:

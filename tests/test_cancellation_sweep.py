@@ -30,7 +30,7 @@ from tether.providers import (
     ToolCall,
 )
 
-from .helpers import assert_consistent, of
+from .helpers import assert_consistent, of, until_event
 
 pytestmark = pytest.mark.anyio
 
@@ -49,17 +49,6 @@ def _until(flag: anyio.Event) -> Callable[[tether.RunHandle], Awaitable[None]]:
     async def wait(handle: tether.RunHandle) -> None:
         await flag.wait()
         await anyio.wait_all_tasks_blocked()
-
-    return wait
-
-
-def _until_event(cls: type[ev.Event]) -> Callable[[tether.RunHandle], Awaitable[None]]:
-    async def wait(handle: tether.RunHandle) -> None:
-        async for event in handle.events():
-            if isinstance(event, cls):
-                await anyio.wait_all_tasks_blocked()
-                return
-        raise AssertionError(f"no {cls.__name__}")
 
     return wait
 
@@ -86,7 +75,7 @@ def backoff_sleep() -> Point:
         [Fault(error=RateLimited("slow", status=429, retry_after=3600)), Reply(text="x")],
         backoff=Backoff(cap=3600),
     )
-    return Point(tether.Agent(name="backoff", provider=provider), _until_event(ev.ProviderRetry))
+    return Point(tether.Agent(name="backoff", provider=provider), until_event(ev.ProviderRetry))
 
 
 def tool_agent(tool: tether.ToolSpec, **kwargs: Any) -> tether.Agent:
@@ -183,12 +172,12 @@ def approval_wait() -> Point:
         risky,
         policies=[lambda point, s: tether.Verdict.ask("check") if point == "tool_call" else None],
     )
-    return Point(agent, _until_event(ev.ApprovalRequested))
+    return Point(agent, until_event(ev.ApprovalRequested))
 
 
 def event_reader() -> Point:
     agent = tether.Agent(name="read", provider=ScriptedProvider([Reply(text="x")], latency_s=3600))
-    return Point(agent, _until_event(ev.ModelCallStarted))
+    return Point(agent, until_event(ev.ModelCallStarted))
 
 
 POINTS: dict[str, Callable[[], Point]] = {

@@ -11,7 +11,7 @@ import tether
 from tether import events as ev
 from tether.providers import Price, Reply, ScriptedProvider, TokenUsage, ToolCall
 
-from .helpers import AUTOJUMP, assert_consistent, of, transitions
+from .helpers import AUTOJUMP, assert_consistent, first, of, transitions
 
 pytestmark = pytest.mark.anyio
 
@@ -206,11 +206,11 @@ async def test_a_call_waiting_for_the_shared_budget_can_be_cancelled() -> None:
         first = rt.start(agent, "q")
         # The first call holds the whole budget (the scripted provider sets no
         # max_tokens of its own), so the second waits for room.
-        while rt.budget is None or rt.budget.reserved_tokens < 1_000:
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
+        assert rt.budget is not None
+        assert rt.budget.reserved_tokens == 1_000
         second = rt.start(agent, "q")
-        for _ in range(100):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()  # the second is parked, waiting for room
         second.cancel("enough")
         waiting = await second.result()
         assert rt.budget.reserved_tokens == 1_000  # the first still holds its own
@@ -364,19 +364,12 @@ def approval_agent(*, timeout_s: float | None = None) -> tether.Agent:
     )
 
 
-async def wait_for_approval(handle: tether.RunHandle) -> ev.ApprovalRequested:
-    async for event in handle.events():
-        if isinstance(event, ev.ApprovalRequested):
-            return event
-    raise AssertionError("no approval was requested")
-
-
 @pytest.mark.parametrize("approve", [True, False])
 async def test_approval_approve_and_reject(approve: bool) -> None:
     """An asked call waits for the host; approve runs it, reject gives an is_error result."""
     async with tether.Runtime() as rt:
         handle = rt.start(approval_agent(), "q")
-        requested = await wait_for_approval(handle)
+        requested = await first(handle, ev.ApprovalRequested)
         assert requested.call_id == "c1"
         assert requested.reason == "emails need a human"
         pending = handle.pending_approvals()
@@ -437,9 +430,7 @@ async def test_stop_finishes_the_round_then_ends_cancelled() -> None:
     agent = tether.Agent(name="a", provider=ScriptedProvider(script), tools=[work])
     async with tether.Runtime() as rt:
         handle = rt.start(agent, "q")
-        async for event in handle.events():
-            if isinstance(event, ev.ToolCallStarted):
-                break
+        await first(handle, ev.ToolCallStarted)
         handle.stop()
         gate.set()
         result = await handle.result()

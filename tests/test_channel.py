@@ -8,10 +8,13 @@ import pytest
 from tether.actors import ReplyChannel
 from tether.actors._base import spawn_mailbox
 
+from .helpers import cancel_once_blocked
+
 pytestmark = pytest.mark.anyio
 
 
 async def test_items_arrive_in_order_then_end_of_stream() -> None:
+    """Items sent before close arrive in order, then receive raises EndOfStream."""
     channel: ReplyChannel[int] = ReplyChannel(4)
     for i in range(3):
         channel.send_nowait(i)
@@ -22,6 +25,7 @@ async def test_items_arrive_in_order_then_end_of_stream() -> None:
 
 
 async def test_send_after_close_is_closed_and_full_buffer_would_block() -> None:
+    """A full buffer makes send_nowait raise WouldBlock; after close, ClosedResourceError."""
     channel: ReplyChannel[int] = ReplyChannel(1)
     channel.send_nowait(1)
     with pytest.raises(anyio.WouldBlock):
@@ -32,6 +36,7 @@ async def test_send_after_close_is_closed_and_full_buffer_would_block() -> None:
 
 
 async def test_send_after_abandon_is_broken() -> None:
+    """Once the receiver abandons the channel, both sends raise BrokenResourceError."""
     channel: ReplyChannel[int] = ReplyChannel(1)
     channel.abandon()
     with pytest.raises(anyio.BrokenResourceError):
@@ -41,6 +46,7 @@ async def test_send_after_abandon_is_broken() -> None:
 
 
 async def test_receiver_parks_until_a_send() -> None:
+    """A receiver on an empty channel stays parked until an item is sent."""
     channel: ReplyChannel[str] = ReplyChannel(1)
     got: list[str] = []
 
@@ -49,14 +55,14 @@ async def test_receiver_parks_until_a_send() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(receiver)
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
         assert got == []
         channel.send_nowait("hello")
     assert got == ["hello"]
 
 
 async def test_a_full_sender_waits_for_room_and_the_receiver_gets_everything() -> None:
+    """A sender waits for room, is never more than the buffer ahead, and every item arrives."""
     channel: ReplyChannel[int] = ReplyChannel(2)
     sent: list[int] = []
 
@@ -80,6 +86,7 @@ async def test_a_full_sender_waits_for_room_and_the_receiver_gets_everything() -
 
 
 async def test_abandoning_wakes_a_blocked_sender_with_broken() -> None:
+    """Abandoning wakes a sender parked on a full buffer with BrokenResourceError."""
     channel: ReplyChannel[int] = ReplyChannel(1)
     outcome: list[str] = []
 
@@ -92,26 +99,31 @@ async def test_abandoning_wakes_a_blocked_sender_with_broken() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(sender)
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
         channel.abandon()
     assert outcome == ["broken"]
 
 
 async def test_a_parked_receive_is_cancellable_and_the_channel_stays_usable() -> None:
+    """A parked receive can be cancelled, and the channel still works after."""
     channel: ReplyChannel[int] = ReplyChannel(1)
-    with anyio.move_on_after(0.01) as scope:
-        await channel.receive()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_blocked, scope)
+            await channel.receive()
     assert scope.cancelled_caught
     channel.send_nowait(7)
     assert await channel.receive() == 7
 
 
 async def test_a_parked_sender_is_cancellable() -> None:
+    """A sender parked on a full buffer can be cancelled; its item is not sent, the rest work."""
     channel: ReplyChannel[int] = ReplyChannel(1)
     channel.send_nowait(0)
-    with anyio.move_on_after(0.01) as scope:
-        await channel.send(1)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_blocked, scope)
+            await channel.send(1)
     assert scope.cancelled_caught
     assert await channel.receive() == 0
     channel.send_nowait(2)  # room again
@@ -119,6 +131,7 @@ async def test_a_parked_sender_is_cancellable() -> None:
 
 
 async def test_the_doorbell_wakes_an_actor_parked_on_its_mailbox() -> None:
+    """Each send wakes an actor parked on its mailbox; closing the ref ends its loop."""
     ref, mailbox = spawn_mailbox("echo", 1)
     served: list[int] = []
 
@@ -141,8 +154,7 @@ async def test_the_doorbell_wakes_an_actor_parked_on_its_mailbox() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor)
         for i in range(3):
-            for _ in range(3):
-                await anyio.lowlevel.checkpoint()  # the actor is parked on its doorbell
+            await anyio.wait_all_tasks_blocked()  # the actor is parked on its doorbell
             request = Echo(i)
             await ref.send(request)
             assert await request.reply.receive() == 2 * i

@@ -24,6 +24,8 @@ from tether import events as ev
 from tether.otel import OtelSink, combine
 from tether.providers import Fault, InvalidRequest, Reply, ScriptedProvider, ToolCall
 
+from .helpers import first, of
+
 pytestmark = pytest.mark.anyio
 
 
@@ -91,6 +93,7 @@ def ns(at: float) -> int:
 async def test_one_run_with_a_tool(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """One run gives run, round, chat and tool spans, nested and timed from the events."""
     agent = calc_agent()
     sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
@@ -138,7 +141,7 @@ async def test_one_run_with_a_tool(
     assert "tether.input" not in a  # content is opt-in
 
     # Model calls: usage and finish reasons from each ModelCallFinished.
-    finished = [e for e in result.events if isinstance(e, ev.ModelCallFinished)]
+    finished = of(result.events, ev.ModelCallFinished)
     assert len(finished) == 2
     for span, done in zip(chats, finished, strict=True):
         c = attrs_of(span)
@@ -155,7 +158,7 @@ async def test_one_run_with_a_tool(
     ]
 
     # The tool call.
-    started = next(e for e in result.events if isinstance(e, ev.ToolCallStarted))
+    started = of(result.events, ev.ToolCallStarted)[0]
     t = attrs_of(tool)
     assert t["gen_ai.operation.name"] == "execute_tool"
     assert t["gen_ai.tool.name"] == "add"
@@ -178,12 +181,13 @@ async def test_one_run_with_a_tool(
 async def test_concurrent_runs_span_count_and_no_leak(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """Concurrent runs get six spans each, one trace per run, and no span is left open."""
     n = 25
     agent = calc_agent(latency_s=0.005)
     sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         handles = [rt.start(agent, f"q{i}") for i in range(n)]
-        await anyio.sleep(0.001)
+        await first(handles[0], ev.ModelCallStarted)  # that run's spans are open
         assert 0 < sink.open_runs <= n
         results = [await h.result() for h in handles]
     assert all(r.termination is tether.Termination.ANSWERED for r in results)
@@ -204,6 +208,7 @@ async def test_concurrent_runs_span_count_and_no_leak(
 async def test_failures_are_errors(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """A failed tool call and a failed model call make ERROR spans with their error.type."""
     tool_fails = tether.Agent(
         name="toolfail",
         provider=ScriptedProvider(
@@ -244,6 +249,7 @@ async def test_failures_are_errors(
 async def test_cancelled_mid_call_closes_every_span(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """A run cancelled mid model call closes every span, the chat and run ones as ERROR."""
     agent = calc_agent(latency_s=30)
     sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
@@ -265,6 +271,7 @@ async def test_cancelled_mid_call_closes_every_span(
 
 
 async def test_capture_content(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    """capture_content=True records the input, output, tool arguments and tool result."""
     agent = calc_agent()
     async with tether.Runtime(event_sink=OtelSink(provider, capture_content=True)) as rt:
         await rt.run(agent, "1 + 2?")
@@ -306,6 +313,7 @@ async def test_run_span_nests_under_the_current_span(
 async def test_sub_agent_run_nests_under_the_tool_call(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """A sub-agent's run span nests under the parent's tool call span, in one trace."""
     child = calc_agent("child")
     holder: list[tether.Runtime] = []
 
@@ -350,6 +358,7 @@ class _BrokenTracer(trace.NoOpTracer):
 async def test_a_failing_tracer_never_reaches_the_runtime(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A tracer that raises is logged once; the runs still answer and nothing stays open."""
     sink = OtelSink(_BrokenTracerProvider())
     with caplog.at_level(logging.ERROR, logger="tether.otel"):
         async with tether.Runtime(event_sink=sink) as rt:
@@ -364,6 +373,7 @@ async def test_a_failing_tracer_never_reaches_the_runtime(
 async def test_combine_fans_out_and_skips_a_failing_sink(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
+    """combine() feeds every sink, skips None, and warns about (not raises) a failing one."""
     seen: list[ev.Event] = []
 
     def bad(event: ev.Event) -> None:
@@ -378,11 +388,13 @@ async def test_combine_fans_out_and_skips_a_failing_sink(
 
 
 def test_combine_rejects_non_callables() -> None:
+    """combine() refuses a sink that is not callable with TypeError."""
     with pytest.raises(TypeError, match="callables"):
         combine(42)  # type: ignore[arg-type]
 
 
 def test_import_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing tether.otel without OpenTelemetry fails naming the tether[otel] extra."""
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     monkeypatch.delitem(sys.modules, "tether.otel")
     with pytest.raises(ImportError, match=r"tether\[otel\]"):

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 import tether
-from tests.helpers import assert_consistent, of, transitions
+from tests.helpers import add, assert_consistent, calls, of, run, transitions
 from tether import events as ev
 from tether.providers import (
     ModelResponse,
@@ -26,20 +26,6 @@ from tether.runtime import RunView
 pytestmark = pytest.mark.anyio
 
 POINTS = ["input", "response", "tool_call", "round_end"]
-
-calls: Counter[str] = Counter()
-
-
-@pytest.fixture(autouse=True)
-def _reset_calls() -> None:
-    calls.clear()
-
-
-@tether.tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    calls["add"] += 1
-    return a + b
 
 
 @tether.tool
@@ -67,13 +53,6 @@ def make(
     provider = ScriptedProvider(tool_round() if script is None else script, record=True)
     agent = tether.Agent(name="p", provider=provider, tools=[add, delete], policies=policies)
     return agent, provider
-
-
-async def run(agent: tether.Agent, question: str = "the question") -> tether.RunResult:
-    async with tether.Runtime() as rt:
-        result = await rt.run(agent, question)
-    assert_consistent(result)
-    return result
 
 
 def checks(result: tether.RunResult) -> list[tuple[int, str, str]]:
@@ -454,7 +433,7 @@ async def test_ask_waits_for_the_host_to_approve() -> None:
             async for event in handle.events():
                 if isinstance(event, ev.PolicyChecked) and event.verdict == "ask":
                     break
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert not handle.done, "the run must wait for the host's answer"
             handle.approve("c1")
             result = await handle.result()

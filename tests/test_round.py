@@ -19,7 +19,7 @@ from tether.providers import (
     ToolResultBlock,
 )
 
-from .helpers import assert_consistent, kinds, of, stages, transitions
+from .helpers import kinds, of, run, stages, transitions
 
 pytestmark = pytest.mark.anyio
 
@@ -47,13 +47,6 @@ async def broken_finish(summary: str) -> str:
 
 def long_enough(candidate: tether.Candidate) -> tuple[float, str]:
     return (1.0, "ok") if len(candidate.text) >= 20 else (0.2, "too short; give details")
-
-
-async def run(agent: tether.Agent, question: str = "question") -> tether.RunResult:
-    async with tether.Runtime() as rt:
-        result = await rt.run(agent, question)
-    assert_consistent(result)
-    return result
 
 
 def agent(script: list[Reply | Fault], **kwargs: object) -> tether.Agent:
@@ -394,7 +387,7 @@ async def test_context_window_exceeded(
         Reply(text="answer after trimming"),
     ]
     a = agent(script, context=strategy)
-    result = await run(a)
+    result = await run(a, "question")
     assert result.termination is expected
     assert requests(a) == models
     if expected is tether.Termination.ANSWERED:

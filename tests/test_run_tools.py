@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 import tether
-from tests.helpers import assert_consistent, of, transitions
+from tests.helpers import AUTOJUMP, add, assert_consistent, calls, of, run, transitions
 from tether import events as ev
 from tether.actors import (
     ReplyChannel,
@@ -41,20 +41,6 @@ pytestmark = pytest.mark.anyio
 FAST = ToolSettings(backoff=Backoff(initial=0.001, cap=0.001, jitter=False))
 
 # ----------------------------------------------------------------------------- tools
-
-calls: Counter[str] = Counter()
-
-
-@pytest.fixture(autouse=True)
-def _reset_calls() -> None:
-    calls.clear()
-
-
-@tether.tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    calls["add"] += 1
-    return a + b
 
 
 @tether.tool
@@ -97,13 +83,6 @@ def make(
     provider = ScriptedProvider(script, record=True)
     agent_kwargs.setdefault("tool_settings", FAST)
     return tether.Agent(name="t", provider=provider, tools=tools, **agent_kwargs), provider
-
-
-async def run(agent: tether.Agent, question: str = "q") -> tether.RunResult:
-    async with tether.Runtime() as rt:
-        result = await rt.run(agent, question)
-    assert_consistent(result)
-    return result
 
 
 def finished(result: tether.RunResult) -> list[ev.ToolCallFinished]:
@@ -347,8 +326,9 @@ async def test_tool_error_goes_back_to_the_model_with_its_message() -> None:
     assert result.termination == "answered"
 
 
-async def test_transient_error_is_retried_with_backoff_until_success() -> None:
-    """A `TransientToolError` is retried after a backoff wait; success on attempt 2 is ok."""
+@AUTOJUMP
+async def test_transient_error_is_retried_with_backoff_until_success(anyio_backend: Any) -> None:
+    """A `TransientToolError` is retried after the exact backoff (trio: virtual time); 2nd is ok."""
     stamps: list[float] = []
 
     @tether.tool
@@ -364,7 +344,7 @@ async def test_transient_error_is_retried_with_backoff_until_success() -> None:
     result = await run(agent)
     (done,) = finished(result)
     assert (done.outcome, done.is_error, done.attempts, done.content) == ("ok", False, 2, "fine")
-    assert stamps[1] - stamps[0] >= 0.015
+    assert stamps[1] - stamps[0] == pytest.approx(0.02)
     assert result.usage.tool_calls == 1
     assert result.termination == "answered"
 
@@ -667,7 +647,7 @@ async def test_parallel_calls_are_bounded_by_max_parallel(max_parallel: int) -> 
         """Do some work."""
         active[0] += 1
         peak[0] = max(peak[0], active[0])
-        await anyio.sleep(0.005)
+        await anyio.wait_all_tasks_blocked()  # every call that can start has started
         active[0] -= 1
         return n
 
@@ -691,7 +671,7 @@ async def test_sequential_tools_never_overlap() -> None:
         """Write a record."""
         active[0] += 1
         log.append(("write", n, active[0]))
-        await anyio.sleep(0.002)
+        await anyio.wait_all_tasks_blocked()
         active[0] -= 1
         return n
 
@@ -700,7 +680,7 @@ async def test_sequential_tools_never_overlap() -> None:
         """Read a record."""
         active[0] += 1
         log.append(("read", n, active[0]))
-        await anyio.sleep(0.002)
+        await anyio.wait_all_tasks_blocked()
         active[0] -= 1
         return n
 
@@ -724,9 +704,10 @@ async def test_sequential_tools_never_overlap() -> None:
 # --------------------------------------------------------------- timeouts, sync tools
 
 
+@AUTOJUMP
 @pytest.mark.parametrize("retries", [0, 1])
-async def test_async_tool_timeout(retries: int) -> None:
-    """An async tool past its `timeout_s` is cancelled: `timeout` after its retries."""
+async def test_async_tool_timeout(retries: int, anyio_backend: Any) -> None:
+    """An async tool past its `timeout_s` is cancelled: `timeout` after retries (trio: virtual)."""
 
     @tether.tool(timeout_s=0.05)
     async def slow() -> str:
@@ -765,8 +746,9 @@ async def test_sync_and_async_tools_both_work() -> None:
     assert result.termination == "answered"
 
 
-async def test_sync_tool_past_its_timeout_is_abandoned() -> None:
-    """A sync tool past its timeout is abandoned: `timeout`, its late result discarded."""
+@AUTOJUMP
+async def test_sync_tool_past_its_timeout_is_abandoned(anyio_backend: Any) -> None:
+    """A sync tool past its timeout is abandoned: `timeout`, late result dropped (trio: virtual)."""
     release, returned = threading.Event(), threading.Event()
 
     @tether.tool(timeout_s=0.05)

@@ -23,17 +23,9 @@ from tether.providers import (
     ToolCall,
 )
 
-from .helpers import AUTOJUMP, assert_consistent, of
+from .helpers import AUTOJUMP, assert_consistent, cancel_once_blocked, first, of
 
 pytestmark = pytest.mark.anyio
-
-
-async def first(handle: tether.RunHandle, cls: type[Any]) -> Any:
-    """Follow a run's events until one of ``cls`` arrives."""
-    async for event in handle.events():
-        if isinstance(event, cls):
-            return event
-    raise AssertionError(f"the run finished without a {cls.__name__}")
 
 
 def quick_agent(name: str = "quick") -> tether.Agent:
@@ -168,8 +160,11 @@ async def test_caller_cancellation_of_run_cancels_the_run() -> None:
     """Cancelling the caller of rt.run() cancels the run, which still finishes."""
     slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
     async with tether.Runtime() as rt:
-        with anyio.move_on_after(0.05):
-            await rt.run(slow, "q")
+        with anyio.CancelScope() as caller:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_once_blocked, caller)
+                await rt.run(slow, "q")
+        assert caller.cancelled_caught
         (run,) = rt._runs.values()
         await run.wait_finished()
         assert run.result is not None
@@ -178,16 +173,21 @@ async def test_caller_cancellation_of_run_cancels_the_run() -> None:
     assert rt.running == 0
 
 
-async def test_runtime_exit_cancels_runs_after_grace() -> None:
-    """Runs still in flight when the Runtime exits get the grace period, then end cancelled."""
+@AUTOJUMP
+async def test_runtime_exit_cancels_runs_after_grace(anyio_backend: Any) -> None:
+    """Runs in flight at exit get the grace period, then end cancelled (trio: virtual time)."""
     slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
-    async with tether.Runtime(shutdown_grace_s=0.01) as rt:
+    async with tether.Runtime(shutdown_grace_s=1) as rt:
         handles = [rt.start(slow, "q") for _ in range(5)]
         quick = rt.start(quick_agent(), "q")
+        start = anyio.current_time()
+    assert anyio.current_time() - start == pytest.approx(1)
     results = [h._run.result for h in handles]
     assert all(r is not None and r.termination is tether.Termination.CANCELLED for r in results)
     assert all(r is not None and r.error == "runtime shutdown" for r in results)
-    assert quick.done
+    quick_result = await quick.result()
+    assert quick_result.termination is tether.Termination.ANSWERED
+    assert quick_result.output == "hi"
 
 
 async def test_runtime_exit_waits_for_runs_within_grace() -> None:
@@ -227,16 +227,20 @@ async def test_deadline_on_autojump_clock(anyio_backend: Any) -> None:
     assert_consistent(result)
 
 
-async def test_deadline_real_clock_short() -> None:
-    """A short timeout ends the run deadline on either backend."""
+@AUTOJUMP
+async def test_deadline_short(anyio_backend: Any) -> None:
+    """A sub-second timeout_s ends the run deadline at that instant (trio: virtual time)."""
     agent = tether.Agent(
         name="slow",
         provider=ScriptedProvider([Reply(text="x")], latency_s=10),
         limits=tether.Limits(timeout_s=0.05),
     )
     async with tether.Runtime() as rt:
+        start = anyio.current_time()
         result = await rt.run(agent, "q")
+        elapsed = anyio.current_time() - start
     assert result.termination is tether.Termination.DEADLINE
+    assert elapsed == pytest.approx(0.05)
 
 
 # ------------------------------------------------------------------- crashes
@@ -392,21 +396,23 @@ async def test_events_replay_then_follow_live() -> None:
 
 
 async def test_slow_reader_never_stalls_the_run_nor_misses_events() -> None:
-    """A reader that sleeps on each event sees every event; the run finishes without it."""
+    """A reader stalled on its first event sees every event; the run finishes without it."""
     agent = tether.Agent(name="a", provider=ScriptedProvider([Reply(text="x")]))
     seen: list[ev.Event] = []
+    run_done = anyio.Event()
     async with tether.Runtime() as rt:
         handle = rt.start(agent, "q")
 
         async def slow_reader() -> None:
             async for event in handle.events():
                 seen.append(event)
-                await anyio.sleep(0.001)
+                await run_done.wait()  # stalls until the run has finished
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow_reader)
             result = await handle.result()
             assert len(seen) < len(result.events), "the run finished ahead of its reader"
+            run_done.set()
     assert seen == list(result.events)
 
 
@@ -421,7 +427,7 @@ async def test_max_concurrent_runs_queues() -> None:
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                await anyio.sleep(0.01)
+                await anyio.wait_all_tasks_blocked()  # every run that may start has started
                 async with contextlib.aclosing(super().stream(request, ctx)) as inner:
                     async for item in inner:
                         yield item

@@ -14,6 +14,8 @@ from tether import events as ev
 from tether.providers import Reply, ScriptedProvider, ToolCall
 from tether.runtime._sinks import JsonlSink
 
+from .helpers import of
+
 pytestmark = pytest.mark.anyio
 
 
@@ -77,7 +79,7 @@ async def test_flushes_at_round_boundaries(tmp_path: Path) -> None:
         if isinstance(event, ev.Transition | ev.RunFinished):
             flushed = event.seq + 1
         assert lines == flushed, f"after {type(event).__name__} seq={event.seq}"
-    transitions = [e for e in result.events if isinstance(e, ev.Transition)]
+    transitions = of(result.events, ev.Transition)
     assert len(transitions) == 3
     # Mid-run, after the first round: that round is on disk, the run not yet finished.
     assert 0 < on_disk[transitions[0].seq] < len(result.events)

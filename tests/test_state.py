@@ -25,6 +25,8 @@ from tether.providers import (
 from tether.runtime._limits import UsageMeter
 from tether.runtime._state import PendingApproval, RunState, dump_state, load_state
 
+from .helpers import first
+
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none()
     | st.booleans()
@@ -122,9 +124,7 @@ async def test_a_parked_runs_state_round_trips() -> None:
     )
     async with tether.Runtime() as rt:
         handle = rt.start(agent, "pay")
-        async for event in handle.events():
-            if isinstance(event, ev.ApprovalRequested):
-                break
+        event = await first(handle, ev.ApprovalRequested)
         await anyio.wait_all_tasks_blocked()
         state: RunState = handle._run.state  # the run's own state, mid-round
         assert list(state.approvals) == [event.call_id]

@@ -19,7 +19,7 @@ from tether import events as ev
 from tether.actors import JudgeActor, ModelActor, RestartPolicy
 from tether.providers import Backoff, Reply, ScriptedProvider
 
-from .helpers import assert_consistent, of, transitions
+from .helpers import assert_consistent, of, run, transitions
 
 pytestmark = pytest.mark.anyio
 
@@ -39,11 +39,6 @@ def crash_first(cls: type[Any], monkeypatch: pytest.MonkeyPatch, times: int) -> 
 
     monkeypatch.setattr(cls, "handle", flaky)
     return seen
-
-
-async def run(agent: tether.Agent) -> tether.RunResult:
-    async with tether.Runtime() as rt:
-        return await rt.run(agent, "q")
 
 
 async def test_crashed_model_actor_is_retried_on_its_restart(

@@ -22,6 +22,8 @@ import attrs
 import httpx
 from anyio.abc import SocketAttribute, SocketStream
 
+from tether.providers import Message, ModelRequest, ModelResponse
+
 
 @attrs.frozen(kw_only=True)
 class Recorded:
@@ -226,6 +228,16 @@ async def closed_port() -> int:
 # ------------------------------------------------------------ test helpers
 
 SECRET = "sk-test-SECRET-do-not-leak-0123456789"
+
+#: The request most provider tests send.
+REQUEST = ModelRequest(system="Be brief.", messages=(Message.user("Hi"),))
+
+
+def final(items: list[Any]) -> ModelResponse:
+    """The one ModelResponse of a call's items, which must be the last."""
+    assert isinstance(items[-1], ModelResponse)
+    assert sum(isinstance(i, ModelResponse) for i in items) == 1
+    return items[-1]
 
 
 async def collect(

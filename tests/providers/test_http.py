@@ -67,10 +67,12 @@ NOW = 1_700_000_000.0
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    """Retry-After parses seconds and HTTP dates (never negative); junk, nan and inf are None."""
     assert parse_retry_after(value, now=NOW) == expected
 
 
 def test_retry_after_headers_prefer_milliseconds() -> None:
+    """retry-after-ms wins over Retry-After when valid, any case; no header gives None."""
     assert retry_after_from_headers({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
     assert retry_after_from_headers({"Retry-After-Ms": "junk", "Retry-After": "9"}) == 9.0
     assert retry_after_from_headers({"retry-after-ms": "-5"}) == 0.0
@@ -103,6 +105,7 @@ def test_retry_after_headers_prefer_milliseconds() -> None:
     ],
 )
 def test_error_for_status(status: int, error: type[ProviderError]) -> None:
+    """Each status maps to its error class and keeps it; transient ones carry the Retry-After."""
     exc = error_for_status(status, body=b"", headers={"retry-after": "3"}, provider="p")
     assert type(exc) is error
     assert exc.status == status
@@ -113,6 +116,7 @@ def test_error_for_status(status: int, error: type[ProviderError]) -> None:
 
 
 def test_error_message_is_the_servers_truncated_and_redacted() -> None:
+    """An error's message is the server's, prefixed, the key redacted and the text truncated."""
     body = json.dumps(
         {"error": {"type": "invalid_request_error", "message": f"key {SECRET} " + "x" * 2000}}
     )
@@ -124,6 +128,7 @@ def test_error_message_is_the_servers_truncated_and_redacted() -> None:
 
 
 def test_overloaded_error_type_on_a_5xx_is_overloaded() -> None:
+    """A 5xx whose error type is overloaded_error is Overloaded."""
     body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     assert isinstance(error_for_status(503, body=json.dumps(body)), Overloaded)
 
@@ -146,12 +151,14 @@ def test_overloaded_error_type_on_a_5xx_is_overloaded() -> None:
     ],
 )
 def test_error_for_exception(exc: Exception, mid_stream: bool, error: type[ProviderError]) -> None:
+    """Each httpx exception maps to its error class (mid-stream reads: StreamInterrupted)."""
     mapped = error_for_exception(exc, provider="p", mid_stream=mid_stream)
     assert type(mapped) is error
     assert mapped.status is None
 
 
 def test_error_for_exception_redacts() -> None:
+    """A key inside an httpx exception's message is redacted."""
     mapped = error_for_exception(httpx.ConnectError(f"x {SECRET}"), secrets=[SECRET])
     assert SECRET not in str(mapped)
 
@@ -160,6 +167,7 @@ def test_error_for_exception_redacts() -> None:
 
 
 def test_backoff_wait_honours_retry_after_and_cap() -> None:
+    """Backoff grows to its cap, a longer Retry-After wins but is capped, jitter stays in range."""
     backoff = Backoff(initial=0.5, multiplier=2.0, cap=10.0, jitter=False)
     assert [backoff.wait(n) for n in (1, 2, 3, 4, 5, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
     assert backoff.wait(1, retry_after=3.0) == 3.0  # the server's longer wait wins
@@ -176,6 +184,7 @@ def test_backoff_wait_honours_retry_after_and_cap() -> None:
 
 
 async def test_http_pool_one_client_per_endpoint() -> None:
+    """HttpPool keeps one client per endpoint, closes them all, and refuses use once closed."""
     pool = HttpPool()
     a = pool.client("https://api.anthropic.com")
     assert pool.client("https://api.anthropic.com/") is a
@@ -349,6 +358,7 @@ def _request() -> Any:
 
 
 def test_a_secret_cut_by_the_truncation_is_still_redacted_whole() -> None:
+    """A key the truncation would cut in two is still redacted: no prefix of it shows."""
     body = json.dumps({"error": {"message": "x" * 480 + SECRET}})
     exc = error_for_status(401, body=body, secrets=[SECRET])
     assert "sk-test-" not in str(exc)

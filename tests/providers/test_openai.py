@@ -9,22 +9,12 @@ import pytest
 
 from tether.providers import (
     AuthenticationFailed,
-    ConnectionDropped,
-    HttpPool,
-    InvalidRequest,
     MalformedResponse,
     Message,
     ModelRequest,
-    ModelResponse,
-    NotFound,
     OpenAIProvider,
-    Overloaded,
     PermissionDenied,
     Provider,
-    ProviderError,
-    ProviderTimeout,
-    RateLimited,
-    ServerError,
     StopReason,
     StreamErrorEvent,
     StreamInterrupted,
@@ -38,120 +28,37 @@ from tether.providers import (
 )
 
 from .fakes import (
+    REQUEST,
     SECRET,
-    Answer,
-    closed_port,
     collect,
     failure,
     fake_server,
+    final,
     items_and_failure,
     json_answer,
-    raw_answer,
     sse_answer,
     sse_body,
 )
+from .openai_wire import (
+    EXPECTED_USAGE,
+    MODEL,
+    USAGE,
+    chunk,
+    completion_json,
+    error_body,
+    provider,
+    reply,
+    stream_chunks,
+)
 
 pytestmark = pytest.mark.anyio
-
-MODEL = "gpt-4o-mini-2024-07-18"
-REQUEST = ModelRequest(system="Be brief.", messages=(Message.user("Hi"),))
-USAGE = {
-    "prompt_tokens": 30,
-    "completion_tokens": 12,
-    "total_tokens": 42,
-    "prompt_tokens_details": {"cached_tokens": 10},
-    "completion_tokens_details": {"reasoning_tokens": 0},
-}
-EXPECTED_USAGE = TokenUsage(input_tokens=20, output_tokens=12, cache_read_tokens=10)
-
-
-def provider(url: str, *, stream: bool = True, **kw: Any) -> OpenAIProvider:
-    kw.setdefault("api_key", SECRET)
-    return OpenAIProvider(MODEL, base_url=f"{url}/v1", stream=stream, **kw)
-
-
-def completion_json(
-    *,
-    text: str | None = "Hello, world",
-    tools: tuple[tuple[str, str, str], ...] = (),
-    finish: str | None = "stop",
-    usage: dict[str, Any] | None = USAGE,
-    refusal: str | None = None,
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": refusal}
-    if tools:
-        message["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-            for i, n, a in tools
-        ]
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": MODEL,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
-
-
-def chunk(
-    delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}],
-        "usage": None,
-        **extra,
-    }
-
-
-def stream_chunks(
-    *,
-    text: tuple[str, ...] = ("Hello", ", world"),
-    tool_deltas: tuple[dict[str, Any], ...] = (),
-    finish: str | None = "stop",
-    usage: dict[str, Any] | None = USAGE,
-    done: bool = True,
-) -> list[tuple[str | None, Any]]:
-    chunks: list[Any] = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in text]
-    chunks += [chunk({"tool_calls": [d]}) for d in tool_deltas]
-    if finish is not None:
-        chunks.append(chunk({}, finish))
-    if usage is not None:
-        chunks.append({**chunk(), "choices": [], "usage": usage})
-    events: list[tuple[str | None, Any]] = [(None, c) for c in chunks]
-    if done:
-        events.append((None, "[DONE]"))
-    return events
-
-
-def final(items: list[Any]) -> ModelResponse:
-    assert isinstance(items[-1], ModelResponse)
-    assert sum(isinstance(i, ModelResponse) for i in items) == 1
-    return items[-1]
-
-
-def reply(stream: bool, **kw: Any) -> Answer:
-    if stream:
-        return sse_answer(sse_body(stream_chunks(**kw)))
-    return json_answer(
-        completion_json(
-            text="".join(kw.get("text", ("Hello", ", world"))), finish=kw.get("finish", "stop")
-        )
-    )
-
 
 # ---------------------------------------------------------------- happy path
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_text_reply_and_request_shape(stream: bool) -> None:
+    """A text reply parses (content, stop, usage) and the request has the Chat Completions shape."""
     async with fake_server(reply(stream)) as server:
         items = await collect(provider(server.url, stream=stream), REQUEST)
     response = final(items)
@@ -185,6 +92,7 @@ async def test_text_reply_and_request_shape(stream: bool) -> None:
 
 
 async def test_request_mapping_tools_results_and_pairing() -> None:
+    """Tools, tool calls and results map to Chat Completions messages; errors and raw JSON kept."""
     request = ModelRequest(
         system="sys",
         messages=(
@@ -260,6 +168,7 @@ async def test_request_mapping_tools_results_and_pairing() -> None:
 def test_official_host_uses_max_completion_tokens_and_needs_a_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """api.openai.com gets max_completion_tokens and needs a key; a local server neither."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     official = OpenAIProvider("gpt-4.1", api_key="k")
     assert official.is_official
@@ -274,6 +183,7 @@ def test_official_host_uses_max_completion_tokens_and_needs_a_key(
 
 
 async def test_missing_key_official_fails_without_sending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no key the official host fails AuthenticationFailed naming OPENAI_API_KEY, unsent."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     # never connects: the error comes before any request
     exc = await failure(OpenAIProvider("gpt-4o"), REQUEST)
@@ -284,6 +194,7 @@ async def test_missing_key_official_fails_without_sending(monkeypatch: pytest.Mo
 async def test_missing_key_local_server_sends_no_authorization(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A local server without a key is called with no Authorization header."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with fake_server(reply(True)) as server:
         response = final(await collect(provider(server.url, api_key=None), REQUEST))
@@ -292,6 +203,7 @@ async def test_missing_key_local_server_sends_no_authorization(
 
 
 async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_API_KEY is read, sent as a Bearer token, and kept out of repr."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     async with fake_server(reply(False)) as server:
         p = provider(server.url, stream=False, api_key=None)
@@ -313,6 +225,7 @@ async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 async def test_finish_reasons(stream: bool, raw: str, expected: StopReason) -> None:
+    """Each finish_reason maps to its StopReason (unknown: UNKNOWN); the raw one is kept."""
     async with fake_server(reply(stream, finish=raw)) as server:
         response = final(await collect(provider(server.url, stream=stream), REQUEST))
     assert response.stop_reason is expected
@@ -320,6 +233,7 @@ async def test_finish_reasons(stream: bool, raw: str, expected: StopReason) -> N
 
 
 async def test_null_finish_reason_in_a_whole_response_is_unknown() -> None:
+    """A null finish_reason in a whole answer is UNKNOWN with raw None."""
     async with fake_server(json_answer(completion_json(finish=None))) as server:
         response = final(await collect(provider(server.url, stream=False), REQUEST))
     assert response.stop_reason is StopReason.UNKNOWN
@@ -327,6 +241,7 @@ async def test_null_finish_reason_in_a_whole_response_is_unknown() -> None:
 
 
 async def test_tool_calls_streamed_in_fragments_by_index() -> None:
+    """Streamed tool calls are assembled by index from fragments; cut-off JSON is kept raw."""
     deltas = (
         {
             "index": 0,
@@ -362,6 +277,7 @@ async def test_tool_calls_streamed_in_fragments_by_index() -> None:
 
 
 async def test_whole_response_with_tool_calls() -> None:
+    """A whole answer's tool calls parse; empty arguments are {}, invalid JSON is kept raw."""
     tools = (("call_1", "now", ""), ("call_2", "add", '{"a": 1, "b": 2}'), ("call_3", "x", "{"))
     answer = json_answer(completion_json(text=None, tools=tools, finish="tool_calls"))
     async with fake_server(answer) as server:
@@ -376,6 +292,7 @@ async def test_whole_response_with_tool_calls() -> None:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_stop_with_tool_calls_counts_as_tool_use(stream: bool) -> None:
+    """finish_reason "stop" with tool calls is TOOL_USE, the raw reason kept."""
     if stream:
         deltas = ({"index": 0, "id": "c1", "function": {"name": "now", "arguments": "{}"}},)
         answer = sse_answer(sse_body(stream_chunks(text=(), tool_deltas=deltas, finish="stop")))
@@ -389,6 +306,7 @@ async def test_stop_with_tool_calls_counts_as_tool_use(stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 async def test_refusal(stream: bool) -> None:
+    """A refusal (streamed in pieces or whole) is REFUSAL with the refusal as the text."""
     if stream:
         chunks = stream_chunks(text=())
         chunks.insert(1, (None, chunk({"refusal": "I can't help "})))
@@ -403,6 +321,7 @@ async def test_refusal(stream: bool) -> None:
 
 
 async def test_server_without_usage() -> None:
+    """A server that sends no usage gives an empty TokenUsage and no UsageDelta."""
     body = sse_body(stream_chunks(usage=None))
     async with fake_server(sse_answer(body), json_answer(completion_json(usage=None))) as server:
         items = await collect(provider(server.url), REQUEST)
@@ -423,6 +342,7 @@ async def test_usage_sent_with_the_last_choice_chunk() -> None:
 
 
 async def test_stream_ending_cleanly_after_finish_without_done() -> None:
+    """A stream that ends after its finish chunk without [DONE] is a good reply."""
     async with fake_server(sse_answer(sse_body(stream_chunks(done=False)))) as server:
         response = final(await collect(provider(server.url), REQUEST))
     assert response.text == "Hello, world"
@@ -430,6 +350,7 @@ async def test_stream_ending_cleanly_after_finish_without_done() -> None:
 
 @pytest.mark.parametrize("done", [True, False], ids=["done", "eof"])
 async def test_stream_without_finish_reason_is_interrupted(done: bool) -> None:
+    """A stream with no finish_reason ([DONE] or EOF) is StreamInterrupted naming it."""
     body = sse_body(stream_chunks(finish=None, usage=None, done=done))
     async with fake_server(sse_answer(body)) as server:
         exc = await failure(provider(server.url), REQUEST)
@@ -438,6 +359,7 @@ async def test_stream_without_finish_reason_is_interrupted(done: bool) -> None:
 
 
 async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
+    """Reads split inside UTF-8 characters, JSON escapes and [DONE] still parse exactly."""
     text = ("h\u00e9llo \U0001f600", ' "q" \\')
     deltas = (
         {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": '{"s": "\\u00e9\\"'}},
@@ -463,51 +385,7 @@ async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:
     assert response.tool_calls[0].input == {"s": '\u00e9"\U0001f600'}
 
 
-async def test_shared_http_pool() -> None:
-    async with fake_server(reply(True), reply(True), keep_alive=True) as server, HttpPool() as pool:
-        for _ in range(2):
-            assert final(await collect(provider(server.url), REQUEST, http=pool)).text
-    assert [r.connection for r in server.requests] == [0, 0]
-
-
 # ------------------------------------------------------------------- faults
-
-
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-async def test_slow_first_byte_times_out(stream: bool) -> None:
-    async with fake_server(Answer(first_byte_delay=2.0)) as server:
-        exc = await failure(provider(server.url, stream=stream, timeout_s=0.05), REQUEST)
-    assert isinstance(exc, ProviderTimeout)
-
-
-async def test_connection_dropped_mid_stream() -> None:
-    body = sse_body(stream_chunks())
-    async with fake_server(sse_answer(body[: len(body) // 2], drop=True)) as server:
-        items, exc = await items_and_failure(provider(server.url), REQUEST)
-    assert isinstance(exc, StreamInterrupted)
-    assert any(isinstance(i, TextDelta) for i in items)
-
-
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-async def test_connection_refused_or_closed(stream: bool) -> None:
-    port = await closed_port()
-    refused = await failure(provider(f"http://127.0.0.1:{port}", stream=stream), REQUEST)
-    async with fake_server(Answer(no_answer=True)) as server:
-        closed = await failure(provider(server.url, stream=stream), REQUEST)
-    assert isinstance(refused, ConnectionDropped)
-    assert isinstance(closed, ConnectionDropped)
-
-
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-async def test_malformed_json(stream: bool) -> None:
-    answer = (
-        sse_answer(sse_body([(None, '{"choices": [{"delta": ')]))
-        if stream
-        else raw_answer(b'{"choices": [')
-    )
-    async with fake_server(answer) as server:
-        exc = await failure(provider(server.url, stream=stream), REQUEST)
-    assert isinstance(exc, MalformedResponse)
 
 
 @pytest.mark.parametrize(
@@ -527,6 +405,7 @@ async def test_malformed_json(stream: bool) -> None:
     ],
 )
 async def test_200_with_wrong_shape(body: Any) -> None:
+    """A 200 whole answer of the wrong shape is MalformedResponse."""
     async with fake_server(json_answer(body)) as server:
         exc = await failure(provider(server.url, stream=False), REQUEST)
     assert isinstance(exc, MalformedResponse)
@@ -547,12 +426,14 @@ async def test_200_with_wrong_shape(body: Any) -> None:
     ],
 )
 async def test_stream_with_wrong_shape(events: list[tuple[str | None, Any]]) -> None:
+    """Stream chunks of the wrong shape (or a tool call with no name) are MalformedResponse."""
     async with fake_server(sse_answer(sse_body(events))) as server:
         exc = await failure(provider(server.url), REQUEST)
     assert isinstance(exc, MalformedResponse)
 
 
 async def test_error_object_inside_the_stream() -> None:
+    """An error object mid-stream is StreamErrorEvent with its message, after the text deltas."""
     events = stream_chunks(finish=None, usage=None, done=False)
     error = {"error": {"message": "The server had an error", "type": "server_error", "code": None}}
     events.append((None, error))
@@ -564,6 +445,7 @@ async def test_error_object_inside_the_stream() -> None:
 
 
 async def test_error_object_in_a_200_body() -> None:
+    """An error object in a 200 whole answer is StreamErrorEvent with its message."""
     answer = json_answer({"error": {"message": "model crashed", "type": "server_error"}})
     async with fake_server(answer) as server:
         exc = await failure(provider(server.url, stream=False), REQUEST)
@@ -571,72 +453,20 @@ async def test_error_object_in_a_200_body() -> None:
     assert "model crashed" in str(exc)
 
 
-def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-@pytest.mark.parametrize(
-    ("status", "error"),
-    [
-        (400, InvalidRequest),
-        (401, AuthenticationFailed),
-        (403, PermissionDenied),
-        (404, NotFound),
-        (408, ProviderTimeout),
-        (409, ServerError),
-        (422, InvalidRequest),
-        (429, RateLimited),
-        (500, ServerError),
-        (502, ServerError),
-        (503, ServerError),
-        (504, ServerError),
-        (529, Overloaded),
-    ],
-)
-async def test_http_errors(stream: bool, status: int, error: type[ProviderError]) -> None:
-    answer = json_answer(error_body(f"server says {status}", "some_error"), status=status)
-    async with fake_server(answer) as server:
-        exc = await failure(provider(server.url, stream=stream), REQUEST)
-    assert type(exc) is error
-    assert exc.status == status
-    assert f"server says {status}" in str(exc)
-
-
-async def test_429_retry_after_ms_and_insufficient_quota() -> None:
-    answers = (
-        json_answer(
-            error_body("Rate limit reached", "requests", "rate_limit_exceeded"),
-            status=429,
-            headers=[("retry-after-ms", "1500"), ("retry-after", "9")],
-        ),
-        json_answer(
-            error_body(
-                "You exceeded your current quota", "insufficient_quota", "insufficient_quota"
-            ),
-            status=429,
-        ),
+async def test_429_insufficient_quota_is_permission_denied() -> None:
+    """A 429 for an exhausted quota is PermissionDenied: billing, which no retry helps."""
+    answer = json_answer(
+        error_body("You exceeded your current quota", "insufficient_quota", "insufficient_quota"),
+        status=429,
     )
-    async with fake_server(*answers) as server:
-        limited = await failure(provider(server.url), REQUEST)
+    async with fake_server(answer) as server:
         quota = await failure(provider(server.url), REQUEST)
-    assert isinstance(limited, RateLimited)
-    assert limited.retry_after == 1.5
     assert isinstance(quota, PermissionDenied)  # billing: no retry helps
     assert quota.status == 429
 
 
-async def test_key_never_leaks() -> None:
-    echo = error_body(f"Incorrect API key provided: {SECRET}.", "invalid_request_error")
-    async with fake_server(json_answer(echo, status=401)) as server:
-        p = provider(server.url)
-        exc = await failure(p, REQUEST)
-    assert isinstance(exc, AuthenticationFailed)
-    assert "[redacted]" in str(exc)
-    assert SECRET not in repr(p)
-
-
 def test_protocol_price_and_gate_key() -> None:
+    """OpenAIProvider is a Provider with its name, gate key and price; a local model has none."""
     p = OpenAIProvider("gpt-4o-2024-08-06", api_key="k")
     assert isinstance(p, Provider)
     assert p.name == "openai"
@@ -648,6 +478,7 @@ def test_protocol_price_and_gate_key() -> None:
 
 
 async def test_tool_arguments_sent_back_as_compact_json() -> None:
+    """Tool arguments go back as a JSON string of the input; content is None beside them."""
     message = Message(
         role="assistant",
         content=(ToolUseBlock(id="c", name="t", input={"nested": {"é": [1, 2]}}),),

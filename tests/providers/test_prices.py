@@ -29,6 +29,7 @@ from tether.providers._prices import price_table
     ],
 )
 def test_known_models(model: str, input_: float, output: float) -> None:
+    """Known models, dated or any case, get their input and output prices."""
     price = price_for(model)
     assert price is not None
     assert (price.input, price.output) == (input_, output)
@@ -46,10 +47,12 @@ def test_known_models(model: str, input_: float, output: float) -> None:
     ],
 )
 def test_unknown_models_cost_none_never_zero(model: str) -> None:
+    """Unknown models have no price (None), never a zero one."""
     assert price_for(model) is None
 
 
 def test_cache_prices_and_cost() -> None:
+    """Cache read and write prices are kept and counted in cost(); missing ones stay None."""
     price = price_for("claude-sonnet-4-5")
     assert price == Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
     usage = TokenUsage(
@@ -66,6 +69,7 @@ def test_cache_prices_and_cost() -> None:
 
 
 def test_table_loaded_once_and_valid() -> None:
+    """The price table is loaded once, keyed lower-case, with positive prices, output >= input."""
     table = price_table()
     assert table is price_table()
     assert len(table) >= 20

@@ -13,8 +13,8 @@ from tether import events as ev
 from tether.providers import AnthropicProvider, Backoff, OpenAIProvider
 
 from ..helpers import assert_consistent, of
-from . import test_anthropic as anth
-from . import test_openai as oai
+from . import anthropic_wire as anth
+from . import openai_wire as oai
 from .fakes import SECRET, Answer, fake_server, json_answer, raw_answer, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
