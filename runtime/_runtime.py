@@ -19,7 +19,7 @@ from ._limits import Limits
 from ._result import RunResult
 from ._run import Run
 from ._services import RuntimeServices
-from ._sinks import EventSink, combine
+from ._sinks import EventSink, SinkStatus, SinkThread, combine
 from ._trail import EventStream
 
 
@@ -134,12 +134,14 @@ class Runtime:
         tool_threads: int = 32,
         shutdown_grace_s: float = 10.0,
         event_sink: EventSink | None = None,
+        sink_backlog: int = 10_000,
         limits: Limits | None = None,
     ) -> None:
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
             ("provider_concurrency", provider_concurrency),
             ("tool_threads", tool_threads),
+            ("sink_backlog", sink_backlog),
         ):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"Runtime({name}=...) must be a positive int, got {value!r}")
@@ -164,6 +166,8 @@ class Runtime:
             raise TypeError(f"Runtime(event_sink=...) must be callable, got {event_sink!r}")
         # Guarded: a sink that raises is reported once and dropped, never ending a run.
         self._sink = None if event_sink is None else combine(event_sink)
+        self.sink_backlog = sink_backlog
+        self._sink_thread: SinkThread | None = None
         self._tg: TaskGroup | None = None
         self._services: RuntimeServices | None = None
         self._runs: dict[str, Run] = {}
@@ -173,12 +177,14 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         if self._tg is not None:
             raise RuntimeError("this Runtime is already running")
+        if self._sink is not None:
+            self._sink_thread = SinkThread(self._sink, self.sink_backlog)
         self._services = RuntimeServices(
             tool_threads=self.tool_threads,
             max_concurrent_runs=self.max_concurrent_runs,
             provider_concurrency=self.provider_concurrency,
             budget=self._budget,
-            sink=self._sink,
+            sink=self._sink_thread,
             new_run_id=self.new_run_id,
             budget_spent=self._budget_spent,
             run_finished=self._forget,
@@ -206,8 +212,11 @@ class Runtime:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._tg = None
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await services.http.aclose()
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(5):
+                    await services.http.aclose()
+                if self._sink_thread is not None:
+                    await self._sink_thread.aclose(self.shutdown_grace_s)
 
     async def _wait_all(self) -> None:
         while self._runs:
@@ -264,6 +273,11 @@ class Runtime:
 
     def new_run_id(self) -> str:
         return f"run-{self._prefix}-{next(self._ids)}"
+
+    @property
+    def sink_status(self) -> SinkStatus | None:
+        """How the event sink keeps up: delivered, dropped, waiting (``None``: no sink)."""
+        return None if self._sink_thread is None else self._sink_thread.status
 
     @property
     def budget(self) -> BudgetStatus | None:

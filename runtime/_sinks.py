@@ -1,8 +1,19 @@
 """Event sinks: where a Runtime sends every event of every run as it happens.
 
 ``Runtime(event_sink=...)`` takes any callable ``(event) -> object``. The
-runtime calls it synchronously from the run that emitted the event, so a sink
-must be quick and must not await; a sink that raises is reported once (a
+runs never call it themselves: they hand each event to a :class:`SinkThread`,
+a queue and one daemon thread of the Runtime's own, which calls the sink with
+every event, in order, in the context (``contextvars``) of the run that emitted
+it. So a slow sink, or one that blocks for good, never holds up a run. A sink
+that must reach the event loop does it as any thread does
+(``anyio.from_thread``, or ``loop.call_soon_threadsafe``); to follow a run
+from async code, use ``RunHandle.events()`` instead. The queue is bounded
+(``Runtime(sink_backlog=...)``): past the bound, events for the sink are
+dropped and counted, never silently: a
+``RuntimeWarning`` at the first drop and when the Runtime closes, and
+``Runtime.sink_status`` at any time. When the Runtime exits it waits (at most
+``shutdown_grace_s``) for the sink to catch up; what it could not deliver by
+then is counted as dropped. A sink that raises is reported once (a
 ``RuntimeWarning``) and skipped from then on, and never ends a run.
 
 :class:`JsonlSink` writes one JSON object per line, through
@@ -11,16 +22,26 @@ must be quick and must not await; a sink that raises is reported once (a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
+import queue
+import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import IO, Literal
+from typing import Literal, cast
+
+import anyio
+import attrs
 
 import tether.runtime._events as ev
 
 EventSink = Callable[[ev.Event], object]
+
+_write = os.write  # JsonlSink's one way to the file (a test makes it fail)
 
 
 class _Combined:
@@ -50,6 +71,100 @@ class _Combined:
         return f"combine({', '.join(repr(s) for s in self.sinks)})"
 
 
+@attrs.frozen
+class SinkStatus:
+    """How the Runtime's event sink keeps up (``Runtime.sink_status``)."""
+
+    #: Events the sink has been called with.
+    delivered: int
+    #: Events the sink will never see: the backlog was full, or the Runtime
+    #: closed before the sink caught up.
+    dropped: int
+    #: Events waiting for the sink now.
+    backlog: int
+
+
+_STOP = object()
+
+
+class SinkThread:
+    """Calls ``sink`` with every event from a daemon thread of its own (see the module)."""
+
+    __slots__ = ("_closed", "_queue", "_thread", "_warned", "delivered", "dropped", "sink")
+
+    def __init__(self, sink: EventSink, backlog: int) -> None:
+        self.sink = sink
+        self._queue: queue.Queue[object] = queue.Queue(backlog)
+        self.delivered = 0
+        self.dropped = 0
+        self._warned = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._deliver, name="tether-event-sink", daemon=True)
+        self._thread.start()
+
+    def __call__(self, event: ev.Event) -> None:
+        """Queue ``event`` for the sink; never blocks (a full backlog drops it, counted)."""
+        try:
+            # With the emitting run's context: contextvars (an OpenTelemetry
+            # span, say) read in the sink are the run's, as if it were called inline.
+            self._queue.put_nowait((contextvars.copy_context(), event))
+        except queue.Full:
+            self.dropped += 1
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"tether: event sink {self.sink!r} is {self._queue.maxsize} events behind; "
+                    "events for it are dropped (and counted: Runtime.sink_status) until it "
+                    "catches up",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    @property
+    def status(self) -> SinkStatus:
+        return SinkStatus(self.delivered, self.dropped, 0 if self._closed else self._queue.qsize())
+
+    def _deliver(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            context, event = cast("tuple[contextvars.Context, ev.Event]", item)
+            context.run(self.sink, event)
+            self.delivered += 1
+
+    async def aclose(self, grace_s: float) -> None:
+        """Let the sink catch up for at most ``grace_s`` seconds; count the rest as dropped."""
+        await anyio.to_thread.run_sync(self._close, grace_s, abandon_on_cancel=True)
+
+    def _close(self, grace_s: float) -> None:
+        self._closed = True
+        deadline = time.monotonic() + grace_s
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=grace_s)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            self.dropped += sum(1 for _ in iter(self._drain_one, None))
+            # The thread ends (it is a daemon: it never holds the process) if the
+            # sink ever returns.
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
+        if self.dropped:
+            warnings.warn(
+                f"tether: event sink {self.sink!r} missed {self.dropped} events "
+                f"({self.delivered} delivered)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _drain_one(self) -> object | None:
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        return None if item is _STOP else item
+
+
 def combine(*sinks: EventSink | None) -> EventSink:
     """One sink that passes every event to each of ``sinks``, in order (``None``s skipped).
 
@@ -75,6 +190,14 @@ class JsonlSink:
     in append mode by default: run ids differ between Runtimes, so one file can
     collect several sessions (``mode="w"`` starts it afresh).
 
+    The file only ever holds whole lines. A write that fails (a full disk)
+    is undone (the file is cut back to where the write began) and the sink
+    fails for good: the Runtime reports it and skips it, and :meth:`close`
+    is quiet. Opening a file in append mode whose last line a crash cut short
+    removes that torn line (with a ``RuntimeWarning``), so the next line is not
+    glued to it. One writer per file: two processes appending to one file may
+    interleave their batches.
+
     Events must dump to JSON types: a field that is not (a tool argument the
     model could never have sent, say, or a NaN, which strict JSON readers
     such as ``jq`` refuse) raises ``TypeError`` instead of being written as
@@ -88,7 +211,7 @@ class JsonlSink:
                 ...
     """
 
-    __slots__ = ("_buffer", "_file", "max_buffered", "path")
+    __slots__ = ("_buffer", "_failed", "_fd", "max_buffered", "path")
 
     def __init__(
         self,
@@ -104,14 +227,45 @@ class JsonlSink:
         self.path = os.fspath(path)
         self.max_buffered = max_buffered
         self._buffer: list[str] = []
-        self._file: IO[str] | None = open(self.path, mode, encoding="utf-8")  # noqa: SIM115
+        self._failed: BaseException | None = None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
+        self._fd: int | None = os.open(self.path, flags, 0o666)
+        try:
+            self._cut_torn_line()
+        except OSError:
+            os.close(self._fd)
+            raise
+
+    def _cut_torn_line(self) -> None:
+        assert self._fd is not None
+        size = os.lseek(self._fd, 0, os.SEEK_END)
+        if size == 0:
+            return
+        with open(self.path, "rb") as file:
+            end = size
+            tail = b""
+            while end > 0 and b"\n" not in tail:
+                start = max(0, end - 4096)
+                file.seek(start)
+                tail = file.read(end - start) + tail
+                end = start
+        if tail.endswith(b"\n"):
+            return
+        keep = size - (len(tail) - tail.rfind(b"\n") - 1)
+        os.ftruncate(self._fd, keep)
+        warnings.warn(
+            f"JsonlSink: the last line of {self.path!r} was cut short ({size - keep} bytes, "
+            "a crash mid-write, likely); it was removed",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     @property
     def closed(self) -> bool:
-        return self._file is None
+        return self._fd is None
 
     def __call__(self, event: ev.Event) -> None:
-        if self._file is None:
+        if self._fd is None:
             raise RuntimeError(f"JsonlSink({self.path!r}) is closed")
         data = ev.dump(event)
         try:
@@ -129,22 +283,39 @@ class JsonlSink:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered lines and flush the file."""
-        if self._file is None or not self._buffer:
+        """Write the buffered lines, whole, to the OS.
+
+        A write that fails is undone and closes the sink; the error is raised.
+        """
+        fd = self._fd
+        if fd is None or not self._buffer:
             return
         lines, self._buffer = self._buffer, []
-        self._file.write("\n".join(lines) + "\n")
-        self._file.flush()
+        data = memoryview(("\n".join(lines) + "\n").encode("utf-8"))
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[_write(fd, data) :]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)  # no half line left behind
+            self._failed = exc
+            self._fd = None
+            os.close(fd)
+            raise
 
     def close(self) -> None:
-        """Flush and close the file; closing twice is fine."""
-        if self._file is None:
+        """Write what is buffered and close the file; closing twice, or after a failed
+        write (already reported), is fine."""
+        fd = self._fd
+        if fd is None:
             return
         try:
             self.flush()
         finally:
-            self._file.close()
-            self._file = None
+            if self._fd is not None:
+                self._fd = None
+                os.close(fd)
 
     def __enter__(self) -> JsonlSink:
         return self
@@ -158,8 +329,11 @@ class JsonlSink:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._file is None else f"{len(self._buffer)} buffered"
+        if self._failed is not None:
+            state = f"failed: {self._failed!r}"
+        else:
+            state = "closed" if self._fd is None else f"{len(self._buffer)} buffered"
         return f"<JsonlSink {self.path!r} {state}>"
 
 
-__all__ = ["JsonlSink"]
+__all__ = ["JsonlSink", "SinkStatus", "SinkThread"]

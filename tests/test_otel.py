@@ -187,7 +187,10 @@ async def test_concurrent_runs_span_count_and_no_leak(
     sink = OtelSink(provider)
     async with tether.Runtime(event_sink=sink) as rt:
         handles = [rt.start(agent, f"q{i}") for i in range(n)]
-        await first(handles[0], ev.ModelCallStarted)  # that run's spans are open
+        await first(handles[0], ev.ModelCallStarted)  # that run's spans are open...
+        with anyio.fail_after(5):
+            while not sink.open_runs:  # noqa: ASYNC110 - until the sink thread sees it
+                await anyio.sleep(0.001)
         assert 0 < sink.open_runs <= n
         results = [await h.result() for h in handles]
     assert all(r.termination is tether.Termination.ANSWERED for r in results)

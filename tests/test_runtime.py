@@ -468,19 +468,21 @@ async def echo(x: int) -> int:
 async def test_cancelling_a_queued_run_finishes_it_at_once() -> None:
     """A run waiting for a max_concurrent_runs slot ends cancelled without ever starting."""
     slow = tether.Agent(name="slow", provider=ScriptedProvider([Reply(text="x")], latency_s=60))
-    seen: list[ev.Event] = []
-    calling = anyio.Event()
-
-    def sink(event: ev.Event) -> None:
-        seen.append(event)
-        if isinstance(event, ev.ModelCallStarted):
-            calling.set()
-
-    async with tether.Runtime(max_concurrent_runs=1, event_sink=sink) as rt:
+    async with tether.Runtime(max_concurrent_runs=1) as rt:
         one, two = rt.start(slow, "one"), rt.start(slow, "two")
         # Which of the two gets the slot is the scheduler's choice (trio shuffles).
-        await calling.wait()
-        running, queued = (one, two) if seen[0].run_id == one.run_id else (two, one)
+        started: list[tether.RunHandle] = []
+
+        async def watch(handle: tether.RunHandle) -> None:
+            await first(handle, ev.ModelCallStarted)
+            started.append(handle)
+            tg.cancel_scope.cancel()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch, one)
+                tg.start_soon(watch, two)
+        running, queued = (one, two) if started == [one] else (two, one)
         queued.cancel("not needed")
         with anyio.fail_after(5):
             result = await queued.result()
