@@ -35,6 +35,7 @@ from ._model import ModelCall as ModelCall
 from ._model import ModelFailed as ModelFailed
 from ._model import ModelReply as ModelReply
 from ._model import RetryScheduled as RetryScheduled
+from ._threads import ToolThreads as ToolThreads
 from ._tools import ChildRunner as ChildRunner
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor

@@ -15,8 +15,9 @@ Anything else is the classifier's call; the default treats it as a model
 mistake, so the model sees ``ValueError: ...`` and may try differently.
 Calls of one request run concurrently (bounded per run); tools marked
 ``sequential`` run afterwards, one at a time, in the model's order.
-Sync tools run in worker threads; on cancellation the thread is abandoned and
-its late result discarded.
+Sync tools run in daemon threads (:mod:`._threads`); on cancellation or
+timeout the call is abandoned at once (its slot freed, its late result
+discarded), though Python cannot stop the thread itself.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tether.providers import Backoff, ToolUseBlock
 from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
+from ._threads import ToolThreads
 from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
 
 ErrorClass = Literal["model", "transient", "fatal"]
@@ -162,9 +164,7 @@ class ToolSettings:
 class ToolActor:
     __slots__ = ("_limiter", "_max_retries", "_settings", "_threads")
 
-    def __init__(
-        self, settings: ToolSettings, max_retries: int, threads: anyio.CapacityLimiter
-    ) -> None:
+    def __init__(self, settings: ToolSettings, max_retries: int, threads: ToolThreads) -> None:
         self._settings = settings
         self._max_retries = max_retries
         # Made on the first round with several calls: most rounds have one.
@@ -240,11 +240,7 @@ class ToolActor:
                     if spec.is_async:
                         value = await spec.fn(**kwargs)
                     else:
-                        value = await anyio.to_thread.run_sync(
-                            functools.partial(spec.fn, **kwargs),
-                            abandon_on_cancel=True,
-                            limiter=self._threads,
-                        )
+                        value = await self._threads.run(functools.partial(spec.fn, **kwargs))
                 except Exception as exc:
                     kind = self._classify(exc)
                     message = _describe(exc)

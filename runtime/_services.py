@@ -15,9 +15,8 @@ from typing import Any
 import anyio
 
 import tether.runtime._events as ev
-from tether.actors import ProviderGate
-from tether.providers import Provider
-from tether.providers._pool import HttpPool
+from tether.actors import ProviderGate, ToolThreads
+from tether.providers import HttpPool, Provider
 
 from ._budget import Budget, Hit
 
@@ -38,7 +37,7 @@ class RuntimeServices:
         run_finished: Callable[[str], None],
     ) -> None:
         self.http = HttpPool()
-        self.threads = anyio.CapacityLimiter(tool_threads)
+        self.threads = ToolThreads(tool_threads)
         self._gates: dict[str, ProviderGate] = {}
         self._provider_concurrency = provider_concurrency
         self._admission = (

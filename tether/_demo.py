@@ -42,7 +42,6 @@ from tether.providers import (
     StopReason,
     ToolCall,
 )
-from tether.providers._scripted import ScriptItem
 from tether.runtime import Agent, Candidate, Limits, RuleJudge
 
 Path = Literal[
@@ -167,7 +166,7 @@ def paths(count: int, seed: int) -> list[Path]:
     return chosen
 
 
-def _script(path: Path, topic: str, rng: random.Random) -> list[ScriptItem]:
+def _script(path: Path, topic: str, rng: random.Random) -> list[Reply | Fault]:
     fact = FACTS[topic]
     a, b = rng.randint(2, 99), rng.randint(2, 99)
     look = ToolCall(name="lookup", arguments={"topic": topic})
