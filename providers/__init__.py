@@ -18,6 +18,7 @@ from ._errors import PermissionDenied as PermissionDenied
 from ._errors import ProviderError as ProviderError
 from ._errors import ProviderTimeout as ProviderTimeout
 from ._errors import RateLimited as RateLimited
+from ._errors import ResponseTooLarge as ResponseTooLarge
 from ._errors import ServerError as ServerError
 from ._errors import StreamErrorEvent as StreamErrorEvent
 from ._errors import StreamInterrupted as StreamInterrupted
@@ -76,6 +77,7 @@ __all__ = [
     "ProviderTimeout",
     "RateLimited",
     "Reply",
+    "ResponseTooLarge",
     "ScriptExhausted",
     "ScriptedProvider",
     "ServerError",
@@ -111,6 +113,7 @@ for _error in (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    ResponseTooLarge,
     ServerError,
     StreamErrorEvent,
     StreamInterrupted,

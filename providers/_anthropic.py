@@ -128,6 +128,7 @@ class AnthropicProvider(HttpProvider):
             },
             payload=self.request_body(request),
             timeout_s=self.timeout_s,
+            max_bytes=self.max_response_bytes,
             secrets=(self.api_key,),
         )
 

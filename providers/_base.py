@@ -22,6 +22,9 @@ class HttpProvider:
     at construction; it never appears in a repr, an event or an error.
     ``stream=False`` asks for one JSON body instead of server-sent events.
     ``timeout_s`` overrides every HTTP timeout of one request.
+    ``max_response_bytes`` bounds one answer's body (8 MiB by default, a
+    hundred times a long answer): a runaway stream, or a huge body, ends the
+    call with :class:`ResponseTooLarge` instead of filling memory.
     """
 
     #: The provider's name in events and gate keys.
@@ -36,6 +39,7 @@ class HttpProvider:
     backoff: Backoff = attrs.field(factory=Backoff, kw_only=True)
     streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
     timeout_s: float | None = attrs.field(default=None, kw_only=True)
+    max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.api_key = resolve_key(self.api_key, self.api_key_env)
@@ -44,6 +48,8 @@ class HttpProvider:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be >= 1, got {self.max_response_bytes!r}")
 
     def price(self) -> Price | None:
         return price_for(self.model)

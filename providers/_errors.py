@@ -16,6 +16,7 @@
         └── FatalProviderError        never retried
             ├── InvalidRequest        400, and a redirect or a body that is not the API
             │   └── ContextWindowExceeded  the prompt is longer than the model's window
+            ├── ResponseTooLarge      an answer past the provider's max_response_bytes
             ├── AuthenticationFailed  401
             ├── PermissionDenied      403
             └── NotFound              404
@@ -108,6 +109,10 @@ class ContextWindowExceeded(InvalidRequest):
     The run takes the ``model_context_window_exceeded`` path for it (DESIGN §6):
     it trims once with the agent's context strategy, then ends ``context_exceeded``.
     """
+
+
+class ResponseTooLarge(FatalProviderError):
+    """An answer's body grew past the provider's ``max_response_bytes``."""
 
 
 class AuthenticationFailed(FatalProviderError):

@@ -20,7 +20,7 @@ import attrs
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-from ._errors import InvalidRequest, MalformedResponse, ProviderError
+from ._errors import InvalidRequest, MalformedResponse, ProviderError, ResponseTooLarge
 from ._pool import client_for
 from ._shape import Shape
 from ._types import HttpPoolLike
@@ -57,6 +57,14 @@ class HttpCall:
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
     #: Added to a 4xx error's message (e.g. that no API key was sent).
     note: str | None = None
+    #: The most bytes one answer's body may have.
+    max_bytes: int = 8 * 1024 * 1024
+
+    def too_large(self, size: int) -> ResponseTooLarge:
+        return ResponseTooLarge(
+            f"{self.provider}: the answer's body passed {self.max_bytes:,} bytes ({size:,} read); "
+            "raise the provider's max_response_bytes if such answers are expected"
+        )
 
     def request_kwargs(self) -> dict[str, Any]:
         if self.secrets:
@@ -69,10 +77,10 @@ class HttpCall:
             kwargs["timeout"] = httpx.Timeout(self.timeout_s)
         return kwargs
 
-    def status_error(self, response: httpx.Response) -> ProviderError:
+    def status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         return error_for_status(
             response.status_code,
-            body=response.content,
+            body=body,
             headers=response.headers,
             provider=self.provider,
             secrets=self.secrets,
@@ -97,15 +105,16 @@ async def post_json(http: HttpPoolLike | None, call: HttpCall) -> Any:
     kwargs = call.request_kwargs()
     async with client_for(http, call.base_url) as client:
         try:
-            response = await client.post(call.url, **kwargs)
+            async with client.stream("POST", call.url, **kwargs) as response:
+                body = await _read_bounded(response, call)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise call.transport_error(exc, mid_stream=False) from exc
     if not response.is_success:
-        raise call.status_error(response)
+        raise call.status_error(response, body)
     media = _media_type(response)
     if media and not _is_json(media):
-        raise _not_the_api(call, response, media)
-    return Shape(call.provider).json(response.content, "the response body")
+        raise _not_the_api(call, response, media, body)
+    return Shape(call.provider).json(body, "the response body")
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -117,10 +126,12 @@ def _is_json(media: str) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
-def _not_the_api(call: HttpCall, response: httpx.Response, media: str) -> InvalidRequest:
+def _not_the_api(
+    call: HttpCall, response: httpx.Response, media: str, body: bytes
+) -> InvalidRequest:
     """A 2xx answer that is neither JSON nor an event stream: the URL is not the API
     (a web page, a login portal, a proxy's notice); retrying cannot help."""
-    start = redact(response.text[:200], call.secrets) if response.is_closed else ""
+    start = redact(body[:200].decode("utf-8", "replace"), call.secrets)
     seen = f"; it begins {' '.join(start.split())!r}" if start.strip() else ""
     return InvalidRequest(
         f"{call.provider}: the server at {call.base_url} answered HTTP "
@@ -147,25 +158,26 @@ async def post_sse(
         try:
             async with client.stream("POST", call.url, **kwargs) as response:
                 if not response.is_success:
-                    await response.aread()
-                    raise call.status_error(response)
+                    raise call.status_error(response, await _read_bounded(response, call))
                 media = _media_type(response)
                 if media != "text/event-stream":
                     if _is_json(media):
-                        await response.aread()
-                        yield JsonBody(Shape(call.provider).json(response.content, "the body"))
+                        body = await _read_bounded(response, call)
+                        yield JsonBody(Shape(call.provider).json(body, "the body"))
                         return
                     if media:
-                        await _read_some(response)
-                        raise _not_the_api(call, response, media)
+                        raise _not_the_api(call, response, media, await _read_some(response))
                     raise MalformedResponse(
                         f"{call.provider}: malformed response: expected an event stream, "
                         "got no content-type"
                     )
                 mid_stream = True
                 events = EventSource(response).aiter_sse()
+                limit = call.max_bytes
                 try:
                     async for event in events:
+                        if response.num_bytes_downloaded > limit:
+                            raise call.too_large(response.num_bytes_downloaded)
                         yield event
                 finally:
                     await unwind(events)
@@ -173,11 +185,25 @@ async def post_sse(
             raise call.transport_error(exc, mid_stream=mid_stream) from exc
 
 
-async def _read_some(response: httpx.Response, limit: int = 64 * 1024) -> None:
-    """Read a small body whole (for its first words in an error); leave a large one."""
+async def _read_bounded(response: httpx.Response, call: HttpCall) -> bytes:
+    """The whole body, unless it is longer than ``call.max_bytes``."""
+    length = response.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > call.max_bytes:
+        raise call.too_large(int(length))
+    chunks = []
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        if response.num_bytes_downloaded > call.max_bytes:
+            raise call.too_large(response.num_bytes_downloaded)
+    return b"".join(chunks)
+
+
+async def _read_some(response: httpx.Response, limit: int = 64 * 1024) -> bytes:
+    """A small body whole (for its first words in an error); nothing of a large one."""
     length = response.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) <= limit:
-        await response.aread()
+        return await response.aread()
+    return b""
 
 
 async def drain(events: AsyncIterator[Any], limit_s: float = 1.0) -> None:

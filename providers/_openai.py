@@ -148,6 +148,7 @@ class OpenAIProvider(HttpProvider):
             headers=headers,
             payload=self.request_body(request),
             timeout_s=self.timeout_s,
+            max_bytes=self.max_response_bytes,
             secrets=(self.api_key,) if self.api_key else (),
             note=None
             if self.api_key is not None

@@ -9,6 +9,7 @@ from ._agent import Agent as Agent
 from ._context import ContextStrategy as ContextStrategy
 from ._context import KeepAll as KeepAll
 from ._context import TruncateOldest as TruncateOldest
+from ._estimate import estimate_tokens as estimate_tokens
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
 from ._lessons import Lesson as Lesson
 from ._lessons import LessonStore as LessonStore
@@ -63,6 +64,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "combine",
+    "estimate_tokens",
 ]
 
 # Tracebacks and reprs name the public path (tether.runtime.BudgetExhausted).

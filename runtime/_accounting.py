@@ -203,7 +203,7 @@ class Accounts:
         for budget in self._budgets:
             if shared or budget is not self._shared:
                 budget.charge(input_tokens + output_tokens, cost)
-        if shared and (self._held_tokens or self._held_cost):
+        if shared and output_tokens > 0 and (self._held_tokens or self._held_cost):
             # Streamed output was held: the charge replaces that much of the hold.
             tokens = min(self._held_tokens, output_tokens)
             price = self.price
@@ -215,11 +215,21 @@ class Accounts:
             self._shared.unhold(tokens, money)
 
     def charge_stream(self, usage: TokenUsage, seen: TokenUsage) -> None:
-        """Charge what ``usage`` adds to ``seen`` (a stream's usage reports are cumulative)."""
-        fresh = max(0, usage.input_tokens - seen.input_tokens)
-        output = max(0, usage.output_tokens - seen.output_tokens)
-        cache_read = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
-        cache_write = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
+        """Charge what ``usage`` adds to ``seen`` (a stream's usage reports are cumulative).
+
+        When ``seen`` was an estimate, ``usage`` replaces it exactly: the
+        difference is charged even where it is negative.
+        """
+        if seen.estimated:
+            fresh = usage.input_tokens - seen.input_tokens
+            output = usage.output_tokens - seen.output_tokens
+            cache_read = usage.cache_read_tokens - seen.cache_read_tokens
+            cache_write = usage.cache_write_tokens - seen.cache_write_tokens
+        else:
+            fresh = max(0, usage.input_tokens - seen.input_tokens)
+            output = max(0, usage.output_tokens - seen.output_tokens)
+            cache_read = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
+            cache_write = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
         input_tokens = fresh + cache_read + cache_write
         if input_tokens or output:
             added = TokenUsage(
@@ -230,6 +240,11 @@ class Accounts:
             )
             self.add(input_tokens, output, self.cost(added), shared=True)
 
+    @property
+    def bounded(self) -> bool:
+        """Some token or cost budget applies to this run's calls."""
+        return bool(self._budgets)
+
     def cost(self, usage: TokenUsage) -> float | None:
         """``usage`` at the model's price (``None`` for an unpriced model)."""
         price = self.price
@@ -239,6 +254,8 @@ class Accounts:
         """Record one charge as an event; the run's usage is the sum of these."""
         input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         if input_tokens or usage.output_tokens:
+            if usage.estimated:
+                self.meter.estimated = True
             trail = self._trail
             trail.add(
                 ev.UsageCharged(
@@ -247,6 +264,7 @@ class Accounts:
                     input_tokens=input_tokens,
                     output_tokens=usage.output_tokens,
                     cost_usd=cost,
+                    estimated=usage.estimated,
                 )
             )
 

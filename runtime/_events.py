@@ -108,6 +108,8 @@ class UsageCharged(Event):
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
+    #: Counted by tether's estimator: the provider reported no usage for this call.
+    estimated: bool = False
 
 
 @attrs.frozen(kw_only=True)

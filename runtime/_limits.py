@@ -102,6 +102,9 @@ class Usage:
     tool_calls: int = 0
     quality_retries: int = 0
     continues: int = 0
+    #: Some of the tokens were estimated by tether: a provider reported no usage
+    #: for a call (see ``tether.runtime.estimate_tokens``).
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -122,6 +125,7 @@ class UsageMeter:
     tool_calls: int = 0
     quality_retries: int = 0
     continues: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -146,4 +150,5 @@ class UsageMeter:
             tool_calls=self.tool_calls,
             quality_retries=self.quality_retries,
             continues=self.continues,
+            estimated=self.estimated,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import assert_never
 
 import anyio
+import attrs
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -44,6 +45,7 @@ from tether.providers import (
 )
 
 from ._accounting import Accounts
+from ._estimate import BYTES_PER_TOKEN, estimate_input, estimate_usage, response_text
 from ._limits import Termination
 from ._state import Decision
 from ._trail import Trail
@@ -157,6 +159,13 @@ class ModelClient:
         # is recorded as one UsageCharged per attempt, also when the call is cut
         # short by a ceiling or a cancellation, so usage always equals the charges.
         seen = TokenUsage()
+        # No usage report yet in this attempt: tether estimates (see _estimate).
+        # While a budget applies, streamed text is charged by its estimate as it
+        # arrives, so a ceiling can cut a stream that never reports usage.
+        reported = False
+        estimating = accounts.bounded
+        input_estimate: int | None = None
+        streamed_bytes = 0
         call = ModelCall(
             request=request, max_attempts=self._max_attempts, reply=reply, first_attempt=first
         )
@@ -175,8 +184,26 @@ class ModelClient:
                     return _Crashed(stopped, attempt)
                 match item:
                     case TextDelta():
-                        pass
+                        if estimating:
+                            streamed_bytes += len(item.text.encode("utf-8", "replace"))
+                            output = -(-streamed_bytes // BYTES_PER_TOKEN)
+                            if output > seen.output_tokens:
+                                if reported:
+                                    inputs = seen.input_tokens
+                                else:
+                                    if input_estimate is None:
+                                        input_estimate = estimate_input(request)
+                                    inputs = input_estimate
+                                estimate = attrs.evolve(
+                                    seen, input_tokens=inputs, output_tokens=output, estimated=True
+                                )
+                                accounts.charge_stream(estimate, seen)
+                                seen = estimate
+                                crossed = accounts.crossed()
+                                if crossed is not None:
+                                    return Decision.end(crossed)
                     case UsageDelta():
+                        reported = True
                         accounts.charge_stream(item.usage, seen)
                         seen = item.usage
                         crossed = accounts.crossed()
@@ -184,6 +211,8 @@ class ModelClient:
                             # Abandoning the reply (finally, below) cuts the stream.
                             return Decision.end(crossed)
                     case ModelResponse():
+                        if _unreported(item):
+                            item = attrs.evolve(item, usage=_completed(item, request))
                         accounts.charge_stream(item.usage, seen)
                         accounts.record("model", item.usage, accounts.cost(item.usage))
                         seen = TokenUsage()
@@ -191,6 +220,8 @@ class ModelClient:
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
                         seen = TokenUsage()
+                        reported = False
+                        streamed_bytes = 0
                         trail.add(
                             ev.ProviderRetry(
                                 **trail.head(),
@@ -237,4 +268,24 @@ def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:
         content=(),
         stop_reason=StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED,
         raw_stop_reason=f"{type(error).__name__}: {error}",
+    )
+
+
+def _unreported(response: ModelResponse) -> bool:
+    """The provider left out this answer's input or output count (a count of zero)."""
+    usage = response.usage
+    if usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
+        return not usage.output_tokens and bool(response.content)
+    return bool(response.content)
+
+
+def _completed(response: ModelResponse, request: ModelRequest) -> TokenUsage:
+    """``response``'s usage with each count the provider left out estimated."""
+    usage, estimate = response.usage, estimate_usage(request, response_text(response))
+    reported_input = usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
+    return attrs.evolve(
+        usage,
+        input_tokens=usage.input_tokens if reported_input else estimate.input_tokens,
+        output_tokens=usage.output_tokens or estimate.output_tokens,
+        estimated=True,
     )

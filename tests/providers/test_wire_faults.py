@@ -187,3 +187,99 @@ async def test_httpcore_debug_logs_never_show_a_key_a_server_echoes(
     assert headers
     assert "[redacted]" in headers[0].getMessage()
     assert SECRET not in caplog.text
+
+
+# ------------------------------------------------ no usage reports, runaway answers
+
+
+def _endless(kind: str, pieces: int = 4000) -> Answer:
+    """A long stream of text that reports no usage and is cut into many parts."""
+    text = tuple(f"word{i} " * 8 for i in range(pieces))
+    if kind == "anthropic":
+        events = anth.stream_events(text=text, end=False)
+        body = sse_body(
+            [
+                (name, {k: v for k, v in data.items() if k != "usage"})
+                if isinstance(data, dict) and data.get("type") == "message_delta"
+                else (name, _strip_usage(data))
+                for name, data in events
+            ]
+        )
+    else:
+        body = sse_body(oai.stream_chunks(text=text, usage=None, finish=None, done=False))
+    return sse_answer(body, at=range(4096, len(body), 4096))
+
+
+def _strip_usage(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("type") == "message_start":
+        message = {k: v for k, v in data["message"].items() if k != "usage"}
+        return {**data, "message": message}
+    return data
+
+
+@KINDS
+async def test_a_stream_that_never_reports_usage_is_cut_by_its_estimate(kind: str) -> None:
+    """Token ceilings bind on tether's estimate when the provider reports no usage."""
+    async with fake_server(_endless(kind)) as server:
+        provider = make_provider(kind, server.url)
+        result = await run(provider, limits=tether.Limits(max_total_tokens=2_000))
+    assert result.termination is tether.Termination.TOKEN_CEILING
+    assert result.usage.estimated
+    charges = of(result.events, ev.UsageCharged)
+    assert charges
+    assert all(c.estimated for c in charges)
+    # Cut at the first text delta whose estimate crosses: past the budget by at most
+    # the input and that one delta (72 bytes here, 18 tokens).
+    assert 2_000 <= result.usage.total_tokens <= 2_000 + result.usage.input_tokens + 18
+
+
+@KINDS
+async def test_an_answer_without_usage_is_counted_by_estimate(kind: str) -> None:
+    """A whole answer with no usage is charged by estimate, marked, never as 0 tokens."""
+    if kind == "anthropic":
+        body = anth.message_json(text="x" * 400)
+        body.pop("usage", None)
+    else:
+        body = {**oai.completion_json(text="x" * 400), "usage": None}
+    async with fake_server(json_answer(body)) as server:
+        result = await run(make_provider(kind, server.url, stream=False))
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.usage.estimated
+    assert result.usage.output_tokens == 100  # 400 bytes / 4
+    assert result.usage.input_tokens > 0
+    finished = of(result.events, ev.ModelCallFinished)
+    assert finished[0].usage.estimated
+
+
+async def test_a_late_usage_report_replaces_the_estimate_exactly() -> None:
+    """With a budget, a stream is charged by estimate until its report; then exactly by it."""
+    text = tuple("lorem ipsum " * 20 for _ in range(10))
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    answer = sse_answer(sse_body(oai.stream_chunks(text=text, usage=usage)))
+    async with fake_server(answer) as server:
+        provider = make_provider("openai", server.url)
+        result = await run(provider, limits=tether.Limits(max_total_tokens=100_000))
+    assert result.termination is tether.Termination.ANSWERED
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (7, 3)
+    assert not result.usage.estimated
+
+
+@KINDS
+@STREAM
+async def test_an_answer_past_max_response_bytes_ends_the_call(kind: str, stream: bool) -> None:
+    """A body past max_response_bytes is a fatal ResponseTooLarge, not read whole or retried."""
+    if stream:
+        answer = _endless(kind)
+    else:
+        big = "y" * 300_000
+        answer = json_answer(
+            anth.message_json(text=big) if kind == "anthropic" else oai.completion_json(text=big)
+        )
+    async with fake_server(answer, answer) as server:
+        provider = make_provider(kind, server.url, stream, max_response_bytes=64 * 1024)
+        result = await run(provider)
+    assert len(server.requests) == 1
+    assert result.termination is tether.Termination.PROVIDER_FAILED
+    assert result.error is not None
+    assert result.error.startswith("ResponseTooLarge: ")
+    assert "65,536 bytes" in result.error

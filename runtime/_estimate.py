@@ -1,0 +1,89 @@
+"""Token estimates for calls whose provider reports no usage.
+
+Some OpenAI-compatible servers send no usage at all, or only at the very end
+of a stream. Without a count, token ceilings could never bind and the run
+would show 0 tokens. So when a call has reported no usage, tether counts it
+itself, with a deliberately simple and documented rule:
+
+    tokens = ceil(UTF-8 bytes / 4)
+
+of the text (for the input: the system prompt, every message's text, tool
+calls' arguments as JSON and tool results, and the tools' definitions; for the
+output: the answer's text and its tool calls' names and arguments). Four bytes
+a token is close for English with the common BPE tokenizers and counts more
+tokens than there are for most other scripts, so ceilings err on the safe side.
+
+While such a call streams, its estimate is charged as the text arrives, so a
+ceiling can cut a runaway stream; a usage report that arrives later replaces
+the estimate exactly. A charge that stayed an estimate is marked
+(``UsageCharged.estimated``, ``Usage.estimated``, ``TokenUsage.estimated``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tether.providers import (
+    ModelRequest,
+    ModelResponse,
+    TextBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+#: UTF-8 bytes counted as one token.
+BYTES_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens in ``text`` by tether's estimate: ``ceil(UTF-8 bytes / 4)``."""
+    size = len(text.encode("utf-8", "replace"))
+    return -(-size // BYTES_PER_TOKEN)
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _block_texts(blocks: Iterable[object]) -> Iterable[str]:
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            yield block.text
+        elif isinstance(block, ToolUseBlock):
+            yield block.name
+            yield block.input if isinstance(block.input, str) else _json(block.input)
+        elif isinstance(block, ToolResultBlock):
+            yield block.content
+
+
+def estimate_input(request: ModelRequest) -> int:
+    """The estimated input tokens of ``request``."""
+    texts = [request.system]
+    for message in request.messages:
+        texts.extend(_block_texts(message.content))
+    for tool in request.tools:
+        texts.extend((tool.name, tool.description, _json(tool.input_schema)))
+    return sum(estimate_tokens(text) for text in texts if text)
+
+
+def estimate_usage(request: ModelRequest, output_text: str) -> TokenUsage:
+    """The estimated usage of a call on ``request`` that has produced ``output_text``."""
+    return TokenUsage(
+        input_tokens=estimate_input(request),
+        output_tokens=estimate_tokens(output_text),
+        estimated=True,
+    )
+
+
+def response_text(response: ModelResponse) -> str:
+    """All of ``response``'s output, as the estimator counts it."""
+    return "".join(_block_texts(response.content))
+
+
+__all__ = ["estimate_input", "estimate_tokens", "estimate_usage", "response_text"]
