@@ -32,6 +32,7 @@ from tether.providers import (
     TransientProviderError,
     UsageDelta,
 )
+from tether.providers._arguments import bound_response
 
 from ._base import ActorFailed
 from ._channel import ReplyChannel
@@ -172,6 +173,9 @@ class ModelActor:
         reply = call.reply
         try:
             async for item in stream:
+                if isinstance(item, ModelResponse):
+                    # Whatever the provider: no tool input nested too deep enters a history.
+                    item = bound_response(item)
                 try:
                     reply.send_nowait(item)
                 except anyio.WouldBlock:

@@ -40,6 +40,7 @@ from tether.actors._schema import (
     _mapping_value,
     _NoneType,
 )
+from tether.providers._arguments import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 
 # ---------------------------------------------------------------------------
 # The strict converter
@@ -312,6 +313,12 @@ class _Params:
 
     def validate(self, tool_name: str, arguments: Any) -> dict[str, Any]:
         if not isinstance(arguments, Mapping):
+            if isinstance(arguments, str) and text_too_deep(arguments):
+                raise ToolArgumentsInvalid(
+                    f"invalid arguments for tool {tool_name!r}: they nest deeper than "
+                    f"{MAX_TOOL_ARGUMENT_DEPTH} levels of objects and arrays, the limit for "
+                    "tool arguments; send them less deeply nested"
+                )
             raise ToolArgumentsInvalid(
                 f"invalid arguments for tool {tool_name!r}: arguments must be a JSON object, "
                 f"got {_json_kind(arguments)}: {_short(arguments, 200)}"

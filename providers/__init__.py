@@ -6,6 +6,7 @@ but are not part of the public API.
 """
 
 from ._anthropic import AnthropicProvider as AnthropicProvider
+from ._arguments import MAX_TOOL_ARGUMENT_DEPTH as MAX_TOOL_ARGUMENT_DEPTH
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ConnectionDropped as ConnectionDropped
 from ._errors import ContextWindowExceeded as ContextWindowExceeded
@@ -52,7 +53,7 @@ from ._types import ToolUseBlock as ToolUseBlock
 from ._types import UsageDelta as UsageDelta
 from ._wire_errors import parse_retry_after as parse_retry_after
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "AnthropicProvider",
     "AuthenticationFailed",
     "Backoff",
@@ -62,6 +63,7 @@ __all__ = [
     "FatalProviderError",
     "Fault",
     "InvalidRequest",
+    "MAX_TOOL_ARGUMENT_DEPTH",
     "MalformedResponse",
     "Message",
     "ModelRequest",

@@ -15,7 +15,8 @@ Decisions:
 - Content blocks other than ``text`` and ``tool_use`` (thinking, server tools)
   are skipped. ``tool_result`` blocks are sent first in a user turn, as the API
   requires. A ``tool_use`` whose input is not an object (a model's invalid
-  JSON kept as a string) is sent back as ``{}``: the API accepts objects only.
+  JSON, or input nested deeper than ``MAX_TOOL_ARGUMENT_DEPTH``, kept as a
+  string) is sent back as ``{}``: the API accepts objects only.
 - An ``error`` event inside a stream raises :class:`StreamErrorEvent`
   (transient), except the error types no retry can fix
   (``invalid_request_error``, ``authentication_error``, ``permission_error``,
@@ -33,6 +34,7 @@ from typing import Any
 import attrs
 from httpx_sse import ServerSentEvent
 
+from ._arguments import bound_arguments, parse_tool_arguments
 from ._base import HttpProvider, check_key, whole_response
 from ._errors import (
     AuthenticationFailed,
@@ -41,7 +43,7 @@ from ._errors import (
     StreamInterrupted,
 )
 from ._http import HttpCall, JsonBody, drain, post_json, post_sse
-from ._shape import Shape, parse_tool_arguments
+from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
@@ -170,7 +172,7 @@ class AnthropicProvider(HttpProvider):
                     ToolUseBlock(
                         id=shape.text(block.get("id"), f"message.content[{i}].id"),
                         name=shape.text(block.get("name"), f"message.content[{i}].name"),
-                        input=block.get("input", {}),
+                        input=bound_arguments(block.get("input", {})),
                     )
                 )
         raw_stop = shape.opt_text(message.get("stop_reason"), "message.stop_reason")
@@ -256,7 +258,7 @@ class _Block:
             tool_input = (
                 parse_tool_arguments(raw)
                 if raw.strip()
-                else ({} if self.initial_input is None else self.initial_input)
+                else ({} if self.initial_input is None else bound_arguments(self.initial_input))
             )
             return ToolUseBlock(id=self.id, name=self.name, input=tool_input)
         return None

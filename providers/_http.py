@@ -39,8 +39,10 @@ def plain(value: Any) -> Any:
 def encode_body(payload: Mapping[str, Any], provider: str) -> bytes:
     try:
         text = json.dumps(plain(payload), ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{provider}: request is not JSON-serializable ({exc})") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        # RecursionError: a value nested past the recursion limit, which the
+        # providers never put in a history (see ._arguments); a typed error anyway.
+        raise InvalidRequest(f"{provider}: request is not JSON-serializable ({exc!r})") from exc
     return text.encode("utf-8")
 
 

@@ -31,7 +31,8 @@ Decisions:
   ended (``data: [DONE]``, or the connection closed cleanly). Ending without
   a ``finish_reason`` is :class:`StreamInterrupted`. An ``error`` object in a
   chunk (or in a 200 body) raises :class:`StreamErrorEvent`.
-- Tool-call arguments that are not valid JSON are kept as the raw string.
+- Tool-call arguments that are not valid JSON, or nest deeper than
+  ``MAX_TOOL_ARGUMENT_DEPTH``, are kept as the raw string (and sent back so).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ from urllib.parse import urlsplit
 import attrs
 from httpx_sse import ServerSentEvent
 
+from ._arguments import bound_arguments, parse_tool_arguments
 from ._base import HttpProvider, check_key, whole_response
 from ._errors import AuthenticationFailed, ProviderError, StreamInterrupted
 from ._http import HttpCall, JsonBody, drain, plain, post_json, post_sse
-from ._shape import Shape, parse_tool_arguments
+from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
@@ -212,7 +214,7 @@ class OpenAIProvider(HttpProvider):
                     name=shape.text(function.get("name"), f"message.tool_calls[{i}].function.name"),
                     input=parse_tool_arguments(arguments)
                     if isinstance(arguments, str)
-                    else arguments,
+                    else bound_arguments(arguments),
                 )
             )
         raw_stop = shape.opt_text(choice.get("finish_reason"), "choices[0].finish_reason")

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import attrs
 
+from ._arguments import bound_arguments
 from ._errors import FatalProviderError, ProviderError
 from ._types import (
     Backoff,
@@ -176,14 +177,16 @@ class ScriptedProvider:
         content: list[ContentBlock] = [TextBlock(text=text)] if text else []
         for i, call in enumerate(reply.tool_calls):
             call_id = call.id or f"call_{ctx.call_index}_{i}"
-            size = _tokens(repr(call.arguments)) + 1
+            # As a wire provider would: arguments nested too deep arrive as flat text.
+            arguments = bound_arguments(call.arguments)
+            size = _tokens(repr(arguments)) + 1
             if truncated or (budget is not None and out_tokens + size > budget):
                 # The call was cut off: its arguments never finished arriving.
                 truncated = True
                 content.append(ToolUseBlock(id=call_id, name=call.name, input="{"))
                 break
             out_tokens += size
-            content.append(ToolUseBlock(id=call_id, name=call.name, input=call.arguments))
+            content.append(ToolUseBlock(id=call_id, name=call.name, input=arguments))
         usage = reply.usage or TokenUsage(input_tokens=input_tokens, output_tokens=out_tokens)
         response = ModelResponse(
             content=tuple(content),

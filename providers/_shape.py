@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
+from ._arguments import loads_body, parse_tool_arguments
 from ._errors import MalformedResponse
 from ._wire_errors import _truncate
 
@@ -55,7 +55,7 @@ class Shape:
 
     def json(self, raw: bytes | str, what: str) -> Any:
         try:
-            return json.loads(raw)
+            return loads_body(raw)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise MalformedResponse(
                 f"{self.provider}: malformed response: {what} is not valid JSON "
@@ -63,17 +63,7 @@ class Shape:
             ) from exc
 
 
-def parse_tool_arguments(raw: str) -> Any:
-    """Decoded tool arguments; the raw string when they are not valid JSON; ``{}`` if empty."""
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
 __all__ = [
     "Shape",
-    "parse_tool_arguments",
+    "parse_tool_arguments",  # re-exported from ._arguments
 ]

@@ -54,8 +54,9 @@ class ToolUseBlock:
     """A tool call requested by the model.
 
     ``input`` is what the model sent: normally a JSON object (a dict). When the
-    model's arguments were not valid JSON, it is the raw string, and the tool
-    actor answers with an error the model can act on.
+    model's arguments were not valid JSON, or nested deeper than
+    ``MAX_TOOL_ARGUMENT_DEPTH``, it is the raw JSON text (a string), and the
+    tool actor answers with an error the model can act on.
     """
 
     id: str

@@ -190,7 +190,7 @@ def _error_object(body: bytes | str | None) -> tuple[str | None, str | None, str
     raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None, raw
     return error_fields(data, fallback=raw)
 

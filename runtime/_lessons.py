@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import NoReturn, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -224,6 +224,12 @@ _SCHEMA_V1 = (
     """,
 )
 
+#: What tether puts in a lessons file (besides SQLite's own ``sqlite_*`` objects).
+_OUR_OBJECTS = frozenset({"lessons", "lessons_recall"})
+
+#: ``PRAGMA application_id`` of the files tether creates ("TthL").
+APPLICATION_ID = 0x5474684C
+
 #: ``_MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
 
@@ -255,7 +261,10 @@ class SQLiteLessonStore:
       :class:`LessonStoreError`.
     * **Schema.** Versioned with ``PRAGMA user_version``; created or migrated on
       first use inside ``BEGIN IMMEDIATE`` (so two processes opening a new file
-      at once do not race). A file from a newer tether is refused.
+      at once do not race); new files get :data:`APPLICATION_ID`. A file from a
+      newer tether is refused. So is a SQLite file of anything else (other
+      tables, another ``application_id``, a ``user_version`` without tether's
+      table), before anything in it is changed: the WAL switch comes after.
     * **Cancellation.** Every job runs with ``abandon_on_cancel=False``: a
       cancelled caller waits for its job to end, so no thread is ever left
       running on a connection nobody owns, and a started write completes. Jobs
@@ -421,33 +430,76 @@ class SQLiteLessonStore:
             self._schema_ready = True
 
     def _set_up(self, conn: sqlite3.Connection) -> None:
-        version = _user_version(conn)  # also reads the header: fails on a non-database
-        self._refuse_newer(version)
-        if version == SCHEMA_VERSION:
-            _enable_wal(conn)
-            return
+        # Reads only, until the file is known to be ours (or new): a foreign file is
+        # refused before anything in it changes (no WAL switch, no -wal/-shm files).
+        version = self._check_ours(conn)  # also reads the header: fails on a non-database
+        if version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = self._check_ours(conn)  # another process may have got here first
+                if version == 0:
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                while version < SCHEMA_VERSION:
+                    for statement in _MIGRATIONS[version]:
+                        conn.execute(statement)
+                    version += 1
+                    conn.execute(f"PRAGMA user_version = {version}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         _enable_wal(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = _user_version(conn)  # another process may have got here first
-            self._refuse_newer(version)
-            while version < SCHEMA_VERSION:
-                for statement in _MIGRATIONS[version]:
-                    conn.execute(statement)
-                version += 1
-                conn.execute(f"PRAGMA user_version = {version}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
-    def _refuse_newer(self, version: int) -> None:
+    def _check_ours(self, conn: sqlite3.Connection) -> int:
+        """The schema version of a new or tether file; :class:`LessonStoreError` otherwise.
+
+        Ours: an ``application_id`` of 0 (files from before it was set) or
+        :data:`APPLICATION_ID`, no schema objects but tether's, and either
+        ``user_version`` 0 with no objects at all (a new file) or a known
+        ``user_version`` with a ``lessons`` table of tether's columns.
+        """
+        version = _user_version(conn)
+        application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        names = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!' "
+                "ORDER BY name"
+            )
+        ]
+        others = [name for name in names if name not in _OUR_OBJECTS]
+        if application_id not in (0, APPLICATION_ID):
+            self._refuse_foreign(f"its application_id {application_id} is another program's")
+        if others:
+            listed = ", ".join(repr(name) for name in others[:5])
+            more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+            self._refuse_foreign(f"it holds {listed}{more}")
         if version > SCHEMA_VERSION:
             raise LessonStoreError(
                 f"lesson store {self.path!r} has schema version {version}; this version of "
                 f"tether supports up to {SCHEMA_VERSION} (was it written by a newer tether?)"
             )
+        if version < 0:
+            self._refuse_foreign(f"its user_version {version} is no schema version of tether's")
+        if version == 0:
+            if names:
+                self._refuse_foreign(
+                    f"it holds {', '.join(map(repr, names))} but no schema version"
+                )
+            return version
+        columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(lessons)")}
+        missing = [c for c in _COLUMNS.split(", ") if c not in columns]
+        if missing:
+            what = "no lessons table" if not columns else f"a lessons table without {missing}"
+            self._refuse_foreign(f"it has user_version {version} but {what}")
+        return version
+
+    def _refuse_foreign(self, why: str) -> NoReturn:
+        raise LessonStoreError(
+            f"lesson store {self.path!r} is not a tether lesson store: {why}. It was left "
+            "untouched; give SQLiteLessonStore a new file or one that tether created"
+        )
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, lesson: Lesson) -> None:

@@ -11,6 +11,8 @@ import anyio
 import pytest
 
 from tether.runtime._lessons import (
+    _MIGRATIONS,
+    APPLICATION_ID,
     InMemoryLessonStore,
     Lesson,
     LessonStore,
@@ -341,7 +343,6 @@ async def test_sqlite_locked_before_first_use(
     db_path: Path, locker: sqlite3.Connection, sqlite_stores: list[SQLiteLessonStore]
 ) -> None:
     """A file locked while the store sets it up raises LessonStoreError, and works once freed."""
-    locker.execute("CREATE TABLE other (x)")
     locker.execute("BEGIN EXCLUSIVE")
     store = SQLiteLessonStore(db_path, busy_timeout_s=0.1)
     sqlite_stores.append(store)
@@ -378,3 +379,112 @@ def test_sqlite_refuses_memory_path() -> None:
     """':memory:' is refused: pooled connections would each see an empty database."""
     with pytest.raises(ValueError, match="InMemoryLessonStore"):
         SQLiteLessonStore(":memory:")
+
+
+def _foreign_db(path: Path, *pragmas: str) -> bytes:
+    """A SQLite file of some other program (a ``users`` table, rollback journal); its bytes."""
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+        for pragma in pragmas:
+            conn.execute(pragma)
+        conn.execute("CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('ada')")
+        conn.commit()
+    finally:
+        conn.close()
+    return path.read_bytes()
+
+
+def _stamped_db(path: Path) -> bytes:
+    """An empty SQLite file with another program's application_id; its bytes."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA application_id = 1234")
+        conn.commit()
+    finally:
+        conn.close()
+    return path.read_bytes()
+
+
+def _assert_untouched(path: Path, before: bytes) -> None:
+    """The file is byte for byte as it was, still in rollback-journal mode, with no WAL files."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        assert not Path(f"{path}{suffix}").exists(), suffix
+    assert path.read_bytes() == before
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    finally:
+        conn.close()
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "pragmas",
+    [
+        (),
+        ("PRAGMA user_version = 7",),
+        ("PRAGMA user_version = 1",),
+        ("PRAGMA application_id = 1234",),
+    ],
+    ids=["other-tables", "other-version", "our-version", "other-application-id"],
+)
+async def test_sqlite_foreign_database_refused_untouched(
+    db_path: Path, sqlite_stores: list[SQLiteLessonStore], pragmas: tuple[str, ...]
+) -> None:
+    """Another program's SQLite file is refused before anything in it changes (issue 12)."""
+    before = _foreign_db(db_path, *pragmas)
+    store = SQLiteLessonStore(db_path)
+    sqlite_stores.append(store)
+    with pytest.raises(LessonStoreError, match="not a tether lesson store") as info:
+        await store.recall("s", 1)
+    assert str(db_path) in str(info.value)
+    with pytest.raises(LessonStoreError, match="not a tether lesson store"):
+        await store.add(scope="s", question="q", feedback="f")
+    await store.aclose()
+    _assert_untouched(db_path, before)
+
+
+async def test_sqlite_foreign_application_id_refused_even_when_empty(
+    db_path: Path, sqlite_stores: list[SQLiteLessonStore]
+) -> None:
+    """An empty database stamped with another program's application_id is not adopted."""
+    before = _stamped_db(db_path)
+    store = SQLiteLessonStore(db_path)
+    sqlite_stores.append(store)
+    with pytest.raises(LessonStoreError, match="application_id 1234"):
+        await store.recall("s", 1)
+    await store.aclose()
+    _assert_untouched(db_path, before)
+
+
+def _legacy_store(path: Path) -> None:
+    """A lessons file as tether made it before application_id was set (it stays 0)."""
+    conn = sqlite3.connect(path)
+    try:
+        for statement in _MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_sqlite_own_files_are_recognised(
+    db_path: Path, tmp_path: Path, sqlite_stores: list[SQLiteLessonStore]
+) -> None:
+    """New files get tether's application_id; files from before it was set still open."""
+    _legacy_store(db_path)
+    legacy = SQLiteLessonStore(db_path)
+    fresh_path = tmp_path / "fresh.db"
+    fresh = SQLiteLessonStore(fresh_path)
+    sqlite_stores += [legacy, fresh]
+    for store in (legacy, fresh):
+        added = await store.add(scope="s", question="q", feedback="f")
+        assert await store.recall("s", 1) == [added]
+    conn = sqlite3.connect(fresh_path)
+    try:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    finally:
+        conn.close()
