@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -108,6 +109,9 @@ class ActorRef(Generic[R]):
                 await self._mailbox.send(request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
+            # A run being cancelled finds its children gone: that is its
+            # cancellation, not a crash.
+            await anyio.lowlevel.checkpoint_if_cancelled()
             raise ActorCrashed(
                 self.name, "the actor gave up after repeated crashes", gave_up=True
             ) from None

@@ -6,8 +6,10 @@ A judge that raises is user code failing: the actor turns it into a failed
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import anyio
 import attrs
 
 from tether.providers import ProviderContext, TokenUsage
@@ -44,7 +46,8 @@ class JudgeActor:
         self._calls = 0
 
     async def handle(self, request: JudgeCandidate) -> None:
-        with request.reply:
+        # A run that stopped listening (it was cancelled) wants no judgement.
+        with request.reply, contextlib.suppress(anyio.BrokenResourceError):
             request.reply.send_nowait(await self._judge_one(request.candidate))
 
     async def _judge_one(self, candidate: Candidate) -> JudgeDone:

@@ -22,6 +22,7 @@ discarded), though Python cannot stop the thread itself.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
@@ -172,7 +173,9 @@ class ToolActor:
         self._threads = threads
 
     async def handle(self, request: RunTools) -> None:
-        with request.reply:
+        # A run that stopped listening (it was cancelled) wants no more results:
+        # a send that finds the channel abandoned ends the batch quietly.
+        with request.reply, contextlib.suppress(anyio.BrokenResourceError):
             invocations = request.invocations
             if len(invocations) == 1:
                 # The common case: one call, nothing to bound or to cancel beside it.
@@ -189,8 +192,12 @@ class ToolActor:
                 async def run(invocation: ToolInvocation) -> None:
                     async with limiter:
                         done = await self._run_one(invocation, request.context)
-                    # The reply buffer holds one result per call: this never blocks.
-                    request.reply.send_nowait(done)
+                    try:
+                        # The reply buffer holds one result per call: this never blocks.
+                        request.reply.send_nowait(done)
+                    except anyio.BrokenResourceError:
+                        batch.cancel("the run stopped listening")
+                        return
                     answered.add(done.call_id)
                     if done.outcome == "fatal_error":
                         batch.cancel(f"tool {done.name!r} failed fatally")

@@ -69,6 +69,10 @@ if TYPE_CHECKING:
 CONTINUE_PROMPT = "Continue exactly where you stopped, without repeating anything."
 
 
+#: Failures a run being cut short can cause in its own loop; the cut wins over them.
+_CUT_FAILURES = frozenset({Termination.CRASHED, Termination.PROVIDER_FAILED})
+
+
 class Run:
     """One run: a supervisor actor. Created by :meth:`Runtime.start`."""
 
@@ -241,13 +245,23 @@ class Run:
                     self._decision = await self._loop()
                 finally:
                     self._stop_children()
-        except Exception:
+        except* Exception:
+            # Also an error beside a cancellation in one group: the cancellation
+            # goes on up to the run's scope, the error ends the run crashed.
             self._decision = Decision.end(Termination.CRASHED, traceback.format_exc())
 
     def _conclude(self, caught: bool) -> None:
         """Finish with the loop's decision, or say why the run was cut short."""
         decision, accounts = self._decision, self.accounts
-        if decision is not None and decision.termination is not None:
+        cut = self._cancel_reason is not None or self._forced is not None or caught
+        if (
+            decision is not None
+            and decision.termination is not None
+            and not (cut and decision.termination in _CUT_FAILURES)
+        ):
+            # The loop's decision stands, unless the run was being cut short and
+            # the decision is a failure that cutting it short can cause (a child
+            # gone with the cancellation, a provider call broken mid-way).
             self._finish(decision.termination, decision.error)
         elif self._forced is not None:
             accounts.record_hit(self._forced.ceiling, self._forced.limit, self._forced.used)
@@ -443,7 +457,13 @@ class Run:
         return Decision.end(Termination.UNKNOWN_STOP_REASON, why)
 
     async def _decide(self, decision: Decision) -> Decision:
-        """The round boundary: round_end policy, ceilings, a stop request; the transition."""
+        """The round boundary: round_end policy, ceilings, a stop request; the transition.
+
+        A cancel requested before the boundary wins over whatever the round
+        decided (its reply may have come in the same instant).
+        """
+        if self._cancel_reason is not None:
+            decision = Decision("complete", "cancelled", Termination.CANCELLED, self._cancel_reason)
         if (decision.termination is None or decision.termination.ok) and self.policies:
             verdict = await self.policies.check(PolicyPoint.ROUND_END, RunView.of(self.state))
             if verdict.kind == "block":
