@@ -65,6 +65,9 @@ def text_too_deep(text: str, limit: int = MAX_TOOL_ARGUMENT_DEPTH) -> bool:
     return False
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _children(value: Any) -> Any:
     if isinstance(value, Mapping):
         return value.values()
@@ -79,6 +82,12 @@ def value_too_deep(value: Any, limit: int = MAX_TOOL_ARGUMENT_DEPTH) -> bool:
     A :class:`Cut` counts as too deep (it was cut for being deep); a value
     that contains itself does too.
     """
+    if type(value) is dict:
+        for child in value.values():
+            if type(child) not in _SCALARS:
+                break
+        else:
+            return False  # the common case, on every tool call: flat arguments
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -150,12 +159,19 @@ def bound_response(response: ModelResponse) -> ModelResponse:
     The model actor applies it to every provider's answer, so a provider that
     does not bound its tool inputs cannot put a too-deep value in a history.
     """
+    for block in response.content:
+        if (
+            type(block) is ToolUseBlock
+            and not isinstance(block.input, str)
+            and value_too_deep(block.input)
+        ):
+            break
+    else:
+        return response  # the common case: nothing to change
     too_deep = [
         isinstance(b, ToolUseBlock) and not isinstance(b.input, str) and value_too_deep(b.input)
         for b in response.content
     ]
-    if not any(too_deep):
-        return response
     content = tuple(
         attrs.evolve(b, input=to_json_text(b.input)) if deep and isinstance(b, ToolUseBlock) else b
         for b, deep in zip(response.content, too_deep, strict=True)

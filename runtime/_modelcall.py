@@ -64,7 +64,7 @@ class _Crashed:
 class ModelClient:
     """Sends a run's model calls to its ModelActor."""
 
-    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail")
+    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail", "call")
 
     def __init__(
         self,
@@ -80,16 +80,17 @@ class ModelClient:
         self._accounts = accounts
         self._max_attempts = max_attempts
         self._backoff = backoff
+        #: The provider's response, or the run's ending when the call cannot give
+        #: one. Chosen once: only a run sharing a bounded Runtime budget holds.
+        self.call = self._held_call if accounts.holds else self._call
 
     def close(self) -> None:
         """Close the actor's mailbox: it ends once idle."""
         self._actor.close()
 
-    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
-        """The provider's response, or the run's ending when the call cannot give one."""
+    async def _held_call(self, request: ModelRequest) -> ModelResponse | Decision:
+        """:meth:`_call`, its output held against the Runtime's budget while in flight."""
         accounts = self._accounts
-        if not accounts.holds:
-            return await self._call(request)
         held = await accounts.hold(request)
         if isinstance(held, Termination):
             return Decision.end(held)
