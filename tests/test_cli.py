@@ -54,6 +54,9 @@ wandering = _agent(
 )
 fatal = _agent(Reply(tool_calls=[ToolCall(name="explode")]))
 unreachable = _agent(Fault(error=FatalProviderError("401 unauthorized")))
+unpriced_failing = tether.Agent(
+    name="cli-test", provider=ScriptedProvider([Fault(error=FatalProviderError("401"))])
+)
 
 def make():
     return answered
@@ -287,6 +290,16 @@ def test_run_ctrl_c_cancels_the_run_and_reports_it(
     assert "usage: 1 input + 2 output tokens · 1 model call · 1 tool call" in err
     assert "cost: unpriced" in err  # never $0 for a model without a price, ended or not
     assert "termination: cancelled (exit 130)" in err
+
+
+def test_a_failed_run_on_an_unpriced_model_costs_unpriced(
+    agents_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failed run on a model without a price prints 'cost: unpriced', never $0."""
+    assert cli.main(["run", f"{agents_file}:unpriced_failing", "q"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert "cost: unpriced" in err
+    assert not any(line.startswith("cost: $") for line in err)
 
 
 def test_usage_line_counts_in_the_singular_and_plural() -> None:
