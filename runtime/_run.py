@@ -69,7 +69,8 @@ if TYPE_CHECKING:
 CONTINUE_PROMPT = "Continue exactly where you stopped, without repeating anything."
 
 
-#: Failures a run being cut short can cause in its own loop; the cut wins over them.
+#: Failures that cutting a run short can cause in its own loop (a child gone with
+#: the cancellation, a provider call broken mid-way): the cut wins over them.
 _CUT_FAILURES = frozenset({Termination.CRASHED, Termination.PROVIDER_FAILED})
 
 
@@ -254,15 +255,9 @@ class Run:
         """Finish with the loop's decision, or say why the run was cut short."""
         decision, accounts = self._decision, self.accounts
         cut = self._cancel_reason is not None or self._forced is not None or caught
-        if (
-            decision is not None
-            and decision.termination is not None
-            and not (cut and decision.termination in _CUT_FAILURES)
-        ):
-            # The loop's decision stands, unless the run was being cut short and
-            # the decision is a failure that cutting it short can cause (a child
-            # gone with the cancellation, a provider call broken mid-way).
-            self._finish(decision.termination, decision.error)
+        ending = None if decision is None else decision.termination
+        if ending is not None and not (cut and ending in _CUT_FAILURES):
+            self._finish(ending, decision.error if decision else None)
         elif self._forced is not None:
             accounts.record_hit(self._forced.ceiling, self._forced.limit, self._forced.used)
             why = f"the Runtime's budget was spent ({self._forced.ceiling})"
