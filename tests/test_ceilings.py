@@ -134,6 +134,18 @@ async def test_cost_is_none_when_unpriced() -> None:
     assert result.usage.cost_usd is None
 
 
+async def test_a_cancelled_unpriced_run_costs_none_too() -> None:
+    """Cancelled mid-call, an unpriced model's run still costs None, not 0.0."""
+    agent = tether.Agent(name="a", provider=streaming([Reply(text="ok")], latency_s=60))
+    async with tether.Runtime() as rt:
+        handle = rt.start(agent, "q")
+        await first(handle, ev.ModelCallStarted)
+        handle.cancel("enough")
+        result = await handle.result()
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.usage.cost_usd is None
+
+
 # --------------------------------------------------------- runtime budget
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -300,6 +302,28 @@ def test_a_failed_run_on_an_unpriced_model_costs_unpriced(
     err = capsys.readouterr().err.splitlines()
     assert "cost: unpriced" in err
     assert not any(line.startswith("cost: $") for line in err)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_demo_ctrl_c_cancels_the_runs_and_prints_the_tally(backend: str) -> None:
+    """Ctrl-C in the demo cancels its runs, prints the tally and exits 130: no traceback."""
+    command = ["demo", "--agents", "200", "--plain", "--latency-scale", "50", "--backend", backend]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "tether", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert demo.stdout is not None
+    demo.stdout.readline()  # the header: the runs are starting
+    time.sleep(0.5)
+    demo.send_signal(signal.SIGINT)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted (Ctrl-C): cancelling" in err
+    assert re.search(r"^cancelled\s+\d+", out, re.M)
+    assert "interrupted (Ctrl-C): the runs still in flight were cancelled (exit 130)" in out
 
 
 def test_usage_line_counts_in_the_singular_and_plural() -> None:
