@@ -31,8 +31,8 @@ from tether.providers import (
     TextDelta,
     TransientProviderError,
     UsageDelta,
+    bound_response,
 )
-from tether.providers._arguments import bound_response
 
 from ._base import ActorFailed
 from ._channel import ReplyChannel

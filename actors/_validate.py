@@ -40,7 +40,7 @@ from tether.actors._schema import (
     _mapping_value,
     _NoneType,
 )
-from tether.providers._arguments import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
+from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 
 # ---------------------------------------------------------------------------
 # The strict converter

@@ -1,12 +1,15 @@
 """Model providers: the protocol, normalized types, HTTP providers, the scripted provider.
 
 The public names are ``__all__``. ``HttpPool`` (the Runtime's shared connection
-pools) and ``parse_retry_after`` are importable for the runtime and the tests,
-but are not part of the public API.
+pools), ``parse_retry_after``, ``bound_response`` and ``text_too_deep`` (the
+tool-argument depth bound) are importable for the actors, the runtime and the
+tests, but are not part of the public API.
 """
 
 from ._anthropic import AnthropicProvider as AnthropicProvider
 from ._arguments import MAX_TOOL_ARGUMENT_DEPTH as MAX_TOOL_ARGUMENT_DEPTH
+from ._arguments import bound_response as bound_response
+from ._arguments import text_too_deep as text_too_deep
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ConnectionDropped as ConnectionDropped
 from ._errors import ContextWindowExceeded as ContextWindowExceeded

@@ -89,6 +89,7 @@ def test_subpackage_all_holds_public_names_only(package: str) -> None:
         "ModelCall", "ModelReply", "RunTools", "ToolReply", "JudgeCandidate", "JudgeReply",
         "ReplyChannel", "ActorRef", "spawn_mailbox", "supervise", "ModelActor", "ToolActor",
         "JudgeActor", "ProviderGate", "HttpPool", "HttpPoolLike", "parse_retry_after",
+        "bound_response", "text_too_deep", "ToolThreads",
     }  # fmt: skip
     assert not internal & set(module.__all__)
 
