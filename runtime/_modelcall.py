@@ -64,7 +64,7 @@ class _Crashed:
 class ModelClient:
     """Sends a run's model calls to its ModelActor."""
 
-    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail", "call")
+    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail")
 
     def __init__(
         self,
@@ -80,26 +80,13 @@ class ModelClient:
         self._accounts = accounts
         self._max_attempts = max_attempts
         self._backoff = backoff
-        #: The provider's response, or the run's ending when the call cannot give
-        #: one. Chosen once: only a run sharing a bounded Runtime budget holds.
-        self.call = self._held_call if accounts.holds else self._call
 
     def close(self) -> None:
         """Close the actor's mailbox: it ends once idle."""
         self._actor.close()
 
-    async def _held_call(self, request: ModelRequest) -> ModelResponse | Decision:
-        """:meth:`_call`, its output held against the Runtime's budget while in flight."""
-        accounts = self._accounts
-        held = await accounts.hold(request)
-        if isinstance(held, Termination):
-            return Decision.end(held)
-        try:
-            return await self._call(held)
-        finally:
-            accounts.release()
-
-    async def _call(self, request: ModelRequest) -> ModelResponse | Decision:
+    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
+        """The provider's response, or the run's ending when the call cannot give one."""
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         meter.provider_attempts += 1
@@ -261,6 +248,26 @@ class ModelClient:
         finally:
             reply.abandon()
             accounts.record("model", seen, accounts.cost(seen))
+
+
+class HeldModelClient(ModelClient):
+    """A run's model calls when it shares a bounded Runtime budget: each call holds
+    its output against that budget while in flight (see :mod:`._accounting`).
+
+    A subclass, chosen once per run, so that other runs pay nothing for it.
+    """
+
+    __slots__ = ()
+
+    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
+        accounts = self._accounts
+        held = await accounts.hold(request)
+        if isinstance(held, Termination):
+            return Decision.end(held)
+        try:
+            return await super().call(held)
+        finally:
+            accounts.release()
 
 
 def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:

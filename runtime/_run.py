@@ -25,6 +25,7 @@ exceptions.
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ from ._budget import Hit, least
 from ._discovery import ActiveTools
 from ._judgement import Judging
 from ._limits import Termination
-from ._modelcall import ModelClient
+from ._modelcall import HeldModelClient, ModelClient
 from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
@@ -136,7 +137,8 @@ class Run:
             price=price,
             trail=trail,
             shared=services.budget,
-            on_shared_hit=self._shared_budget_spent,
+            # Not a method of the run: the run would hold itself in a cycle.
+            on_shared_hit=functools.partial(services.budget_spent, run_id),
             default_max_tokens=default_max if isinstance(default_max, int) else None,
         )
         self.policies = Policies(agent.policies, trail)
@@ -330,7 +332,8 @@ class Run:
         ref: ActorRef[ModelCall] = self._spawn(
             "model", lambda: ModelActor(agent.provider, self.id, gate, http)
         )
-        self._model = ModelClient(
+        client = HeldModelClient if self.accounts.holds else ModelClient
+        self._model = client(
             ref,
             trail=self.trail,
             accounts=self.accounts,
@@ -567,9 +570,6 @@ class Run:
         state.usage.quality_retries += 1
         state.messages.append(Message.user(_feedback_prompt(judged)))
         return Decision("retry", "judgement_failed")
-
-    def _shared_budget_spent(self, hit: Hit) -> None:
-        self._services.budget_spent(self.id, hit)
 
 
 def _feedback_prompt(judgement: Judgement) -> str:

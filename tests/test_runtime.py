@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -496,3 +497,27 @@ async def test_cancelling_a_queued_run_finishes_it_at_once() -> None:
         "RunFinished",
     ]
     assert result.usage.model_calls == 0
+
+
+async def test_a_finished_run_leaves_no_cyclic_garbage() -> None:
+    """Runs with tool rounds free themselves by reference counting: the GC has nothing to do."""
+
+    @tether.tool
+    async def double(x: int) -> int:
+        """Double x."""
+        return 2 * x
+
+    script = [Reply(tool_calls=[ToolCall(name="double", arguments={"x": 2})]), Reply(text="4")]
+    agent = tether.Agent(name="tidy", provider=ScriptedProvider(script), tools=[double])
+    async with tether.Runtime() as rt:
+        await rt.run(agent, "q")  # warm: first-use caches are not garbage
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                result = await rt.run(agent, "q")
+            garbage = gc.collect()
+        finally:
+            gc.enable()
+    assert result.termination is tether.Termination.ANSWERED
+    assert garbage == 0
