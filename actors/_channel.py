@@ -33,8 +33,9 @@ memory object stream; the actor takes requests with ``receive_nowait``).
 
 Parking uses each backend's own primitive: an asyncio future (which anyio's
 cancel scopes cancel like any other await), or trio's
-``wait_task_rescheduled``/``reschedule`` pair. The backend is the one sniffio
-reports, as anyio itself decides it.
+``wait_task_rescheduled``/``reschedule`` pair. The backend is told apart as
+sniffio does it first: trio names itself in ``sniffio.thread_local``; anything
+else is asyncio's running loop (``asyncio.get_running_loop``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class _Parking:
         self._parked: Any = None
 
     async def _park(self) -> None:
-        if sniffio.current_async_library() == "asyncio":
+        # sniffio's own first test (a library running in this thread names
+        # itself there), read directly: parking is on every round's hot path.
+        if sniffio.thread_local.name != "trio":
             future = asyncio.get_running_loop().create_future()
             self._parked = future
             try:

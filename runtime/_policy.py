@@ -101,14 +101,13 @@ class Policies:
     point they block. The verdict is returned as a value: the caller acts on it.
     """
 
-    __slots__ = ("_checks", "_trail")
+    __slots__ = ("_checks", "_trail", "active")
 
     def __init__(self, policies: Sequence[PolicyLike], trail: Trail) -> None:
         self._checks = [as_check(p) for p in policies]
         self._trail = trail
-
-    def __bool__(self) -> bool:
-        return bool(self._checks)
+        #: Whether there is any policy to check (read every round).
+        self.active = bool(self._checks)
 
     async def check(self, point: PolicyPoint, subject: Any, call_id: str | None = None) -> Verdict:
         if not self._checks:

@@ -418,7 +418,7 @@ class Run:
         state.usage.steps += 1
         # The candidate lives for this round only: set from this response.
         state.candidate = None
-        if self.policies:
+        if self.policies.active:
             with trail.stage("policy"):
                 verdict = await self.policies.check(PolicyPoint.RESPONSE, response)
             if verdict.kind == "block":
@@ -462,7 +462,7 @@ class Run:
         """
         if self._cancel_reason is not None:
             decision = Decision("complete", "cancelled", Termination.CANCELLED, self._cancel_reason)
-        if (decision.termination is None or decision.termination.ok) and self.policies:
+        if (decision.termination is None or decision.termination.ok) and self.policies.active:
             verdict = await self.policies.check(PolicyPoint.ROUND_END, RunView.of(self.state))
             if verdict.kind == "block":
                 decision = blocked(verdict)

@@ -281,7 +281,7 @@ class ToolRound:
             await self._actor().send(
                 RunTools(invocations=tuple(invocations), reply=reply, context=context)
             )
-            while True:
+            while pending:  # one answer per call; the end of the stream is not awaited
                 try:
                     item = await reply.receive()
                 except anyio.EndOfStream:  # closed by the actor's supervisor

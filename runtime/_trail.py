@@ -42,7 +42,7 @@ class Head(TypedDict):
 class Trail:
     """A run's events: appended while it runs, frozen into a tuple when it ends."""
 
-    __slots__ = ("_events", "_finished", "_sink", "_waiter", "round", "run_id")
+    __slots__ = ("_events", "_finished", "_sink", "_stages", "_waiter", "round", "run_id")
 
     def __init__(self, run_id: str, sink: Callable[[ev.Event], object] | None = None) -> None:
         self.run_id = run_id
@@ -52,6 +52,8 @@ class Trail:
         self._finished: tuple[ev.Event, ...] | None = None
         self._sink = sink
         self._waiter: anyio.Event | None = None
+        # Stage brackets, one per stage name; dropped by finish() (they refer back).
+        self._stages: dict[str, Stage] = {}
 
     # ----------------------------------------------------------------- writing
 
@@ -75,7 +77,10 @@ class Trail:
 
     def stage(self, stage: ev.Stage) -> Stage:
         """A bracket around one stage of the run (see the module docstring)."""
-        return Stage(self, stage)
+        bracket = self._stages.get(stage)
+        if bracket is None:  # one per stage name and trail, made on first use
+            bracket = self._stages[stage] = Stage(self, stage)
+        return bracket
 
     # Stage events are most of a round's events: built directly, no keyword packing.
     def enter(self, stage: ev.Stage) -> None:
@@ -98,6 +103,7 @@ class Trail:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = tuple(self._events)
         self._events = []
+        self._stages = {}
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -138,8 +144,18 @@ class Stage:
         self._trail = trail
         self._stage = stage
 
+    # The events are built here, not through Trail.enter/exit: a round has many.
     def __enter__(self) -> None:
-        self._trail.enter(self._stage)
+        trail = self._trail
+        trail.add(
+            ev.StageEntered(
+                run_id=trail.run_id,
+                seq=len(trail._events),
+                round=trail.round,
+                at=time.time(),
+                stage=self._stage,
+            )
+        )
 
     def __exit__(
         self,
@@ -148,7 +164,16 @@ class Stage:
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self._trail.exit(self._stage)
+            trail = self._trail
+            trail.add(
+                ev.StageExited(
+                    run_id=trail.run_id,
+                    seq=len(trail._events),
+                    round=trail.round,
+                    at=time.time(),
+                    stage=self._stage,
+                )
+            )
 
 
 class EventStream:
