@@ -29,7 +29,6 @@ from tether.providers import (
     ModelRequest,
     ModelResponse,
     TextBlock,
-    TokenUsage,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -72,18 +71,9 @@ def estimate_input(request: ModelRequest) -> int:
     return sum(estimate_tokens(text) for text in texts if text)
 
 
-def estimate_usage(request: ModelRequest, output_text: str) -> TokenUsage:
-    """The estimated usage of a call on ``request`` that has produced ``output_text``."""
-    return TokenUsage(
-        input_tokens=estimate_input(request),
-        output_tokens=estimate_tokens(output_text),
-        estimated=True,
-    )
-
-
 def response_text(response: ModelResponse) -> str:
     """All of ``response``'s output, as the estimator counts it."""
     return "".join(_block_texts(response.content))
 
 
-__all__ = ["estimate_input", "estimate_tokens", "estimate_usage", "response_text"]
+__all__ = ["estimate_input", "estimate_tokens", "response_text"]

@@ -45,7 +45,7 @@ from tether.providers import (
 )
 
 from ._accounting import Accounts
-from ._estimate import BYTES_PER_TOKEN, estimate_input, estimate_usage, response_text
+from ._estimate import BYTES_PER_TOKEN, estimate_input, estimate_tokens, response_text
 from ._limits import Termination
 from ._state import Decision
 from ._trail import Trail
@@ -178,9 +178,9 @@ class ModelClient:
                             if output > seen.output_tokens:
                                 if reported:
                                     inputs = seen.input_tokens
+                                elif input_estimate is None:
+                                    inputs = input_estimate = estimate_input(request)
                                 else:
-                                    if input_estimate is None:
-                                        input_estimate = estimate_input(request)
                                     inputs = input_estimate
                                 estimate = attrs.evolve(
                                     seen, input_tokens=inputs, output_tokens=output, estimated=True
@@ -199,8 +199,7 @@ class ModelClient:
                             # Abandoning the reply (finally, below) cuts the stream.
                             return Decision.end(crossed)
                     case ModelResponse():
-                        if _unreported(item):
-                            item = attrs.evolve(item, usage=_completed(item, request))
+                        item = _counted(item, request, input_estimate)
                         accounts.charge_stream(item.usage, seen)
                         accounts.record("model", item.usage, accounts.cost(item.usage))
                         seen = TokenUsage()
@@ -279,21 +278,23 @@ def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:
     )
 
 
-def _unreported(response: ModelResponse) -> bool:
-    """The provider left out this answer's input or output count (a count of zero)."""
+def _counted(
+    response: ModelResponse, request: ModelRequest, input_estimate: int | None
+) -> ModelResponse:
+    """``response`` with each count its provider left out (a zero beside an answer)
+    estimated, reusing the stream's ``input_estimate``; itself when nothing is missing."""
     usage = response.usage
-    if usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
-        return not usage.output_tokens and bool(response.content)
-    return bool(response.content)
-
-
-def _completed(response: ModelResponse, request: ModelRequest) -> TokenUsage:
-    """``response``'s usage with each count the provider left out estimated."""
-    usage, estimate = response.usage, estimate_usage(request, response_text(response))
-    reported_input = usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
-    return attrs.evolve(
-        usage,
-        input_tokens=usage.input_tokens if reported_input else estimate.input_tokens,
-        output_tokens=usage.output_tokens or estimate.output_tokens,
-        estimated=True,
+    has_input = usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
+    if (has_input and usage.output_tokens) or not response.content:
+        return response
+    if has_input:
+        input_tokens = usage.input_tokens
+    elif input_estimate is None:
+        input_tokens = estimate_input(request)
+    else:
+        input_tokens = input_estimate
+    output_tokens = usage.output_tokens or estimate_tokens(response_text(response))
+    counted = attrs.evolve(
+        usage, input_tokens=input_tokens, output_tokens=output_tokens, estimated=True
     )
+    return attrs.evolve(response, usage=counted)
