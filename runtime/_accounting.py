@@ -137,16 +137,20 @@ class Accounts:
             waited = anyio.current_time() - started
             why = "the Runtime's budget was held by other calls in flight"
             trail.add(ev.ProviderWait(**trail.head(), wait_s=waited, reason=why))
-        price = self.price
         tokens = cap if cap is not None and shared.max_total_tokens is not None else 0
         cost = 0.0
-        if cap is not None and price is not None and shared.max_cost_usd is not None:
-            cost = cap * price.output / 1_000_000
+        if cap is not None and shared.max_cost_usd is not None:
+            cost = self._output_cost(cap)
         self._held_tokens, self._held_cost = tokens, cost
         shared.hold(tokens, cost)
         if cap != request.max_tokens:
             request = attrs.evolve(request, max_tokens=cap)
         return request
+
+    def _output_cost(self, tokens: int) -> float:
+        """``tokens`` output tokens at the model's price (0 when it has none)."""
+        price = self.price
+        return 0.0 if price is None else tokens * price.output / 1_000_000
 
     def release(self) -> None:
         """Give back what the call in flight held and did not use."""
@@ -206,9 +210,7 @@ class Accounts:
         if shared and output_tokens > 0 and (self._held_tokens or self._held_cost):
             # Streamed output was held: the charge replaces that much of the hold.
             tokens = min(self._held_tokens, output_tokens)
-            price = self.price
-            money = 0.0 if price is None else output_tokens * price.output / 1_000_000
-            money = min(self._held_cost, money)
+            money = min(self._held_cost, self._output_cost(output_tokens))
             self._held_tokens -= tokens
             self._held_cost -= money
             assert self._shared is not None
@@ -220,16 +222,13 @@ class Accounts:
         When ``seen`` was an estimate, ``usage`` replaces it exactly: the
         difference is charged even where it is negative.
         """
-        if seen.estimated:
-            fresh = usage.input_tokens - seen.input_tokens
-            output = usage.output_tokens - seen.output_tokens
-            cache_read = usage.cache_read_tokens - seen.cache_read_tokens
-            cache_write = usage.cache_write_tokens - seen.cache_write_tokens
-        else:
-            fresh = max(0, usage.input_tokens - seen.input_tokens)
-            output = max(0, usage.output_tokens - seen.output_tokens)
-            cache_read = max(0, usage.cache_read_tokens - seen.cache_read_tokens)
-            cache_write = max(0, usage.cache_write_tokens - seen.cache_write_tokens)
+        fresh = usage.input_tokens - seen.input_tokens
+        output = usage.output_tokens - seen.output_tokens
+        cache_read = usage.cache_read_tokens - seen.cache_read_tokens
+        cache_write = usage.cache_write_tokens - seen.cache_write_tokens
+        if not seen.estimated:  # a report never takes back what an earlier one counted
+            fresh, output = max(0, fresh), max(0, output)
+            cache_read, cache_write = max(0, cache_read), max(0, cache_write)
         input_tokens = fresh + cache_read + cache_write
         if input_tokens or output:
             added = TokenUsage(
