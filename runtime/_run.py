@@ -257,9 +257,12 @@ class Run:
         """Finish with the loop's decision, or say why the run was cut short."""
         decision, accounts = self._decision, self.accounts
         cut = self._cancel_reason is not None or self._forced is not None or caught
-        ending = None if decision is None else decision.termination
-        if ending is not None and not (cut and ending in _CUT_FAILURES):
-            self._finish(ending, decision.error if decision else None)
+        if (
+            decision is not None
+            and decision.termination is not None
+            and not (cut and decision.termination in _CUT_FAILURES)
+        ):
+            self._finish(decision.termination, decision.error)
         elif self._forced is not None:
             accounts.record_hit(self._forced.ceiling, self._forced.limit, self._forced.used)
             why = f"the Runtime's budget was spent ({self._forced.ceiling})"

@@ -144,7 +144,13 @@ class SinkThread:
             self._queue.put(_STOP, timeout=grace_s)
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            self.dropped += sum(1 for _ in iter(self._drain_one, None))
+            while True:  # what the sink will never get
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    self.dropped += 1
             # The thread ends (it is a daemon: it never holds the process) if the
             # sink ever returns.
             with contextlib.suppress(queue.Full):
@@ -156,13 +162,6 @@ class SinkThread:
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-    def _drain_one(self) -> object | None:
-        try:
-            item = self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        return None if item is _STOP else item
 
 
 def combine(*sinks: EventSink | None) -> EventSink:

@@ -82,22 +82,12 @@ class Trail:
             bracket = self._stages[stage] = Stage(self, stage)
         return bracket
 
-    # Stage events are most of a round's events: built directly, no keyword packing.
+    # For a stage that does not fit one ``with`` block (its exit is on another path).
     def enter(self, stage: ev.Stage) -> None:
-        events = self._events
-        self.add(
-            ev.StageEntered(
-                run_id=self.run_id, seq=len(events), round=self.round, at=time.time(), stage=stage
-            )
-        )
+        self.stage(stage).__enter__()
 
     def exit(self, stage: ev.Stage) -> None:
-        events = self._events
-        self.add(
-            ev.StageExited(
-                run_id=self.run_id, seq=len(events), round=self.round, at=time.time(), stage=stage
-            )
-        )
+        self.stage(stage).__exit__(None, None, None)
 
     def finish(self) -> tuple[ev.Event, ...]:
         """Freeze the trail (the run has ended) and wake every follower."""
@@ -144,7 +134,7 @@ class Stage:
         self._trail = trail
         self._stage = stage
 
-    # The events are built here, not through Trail.enter/exit: a round has many.
+    # Stage events are most of a round's events: built directly, no keyword packing.
     def __enter__(self) -> None:
         trail = self._trail
         trail.add(
