@@ -12,6 +12,7 @@ import attrs
 from ._errors import AuthenticationFailed
 from ._prices import price_for
 from ._types import Backoff, ModelResponse, Price, StreamItem, TextDelta, UsageDelta
+from ._wire_errors import scrub_logs_of
 
 
 @attrs.define(eq=False)
@@ -43,6 +44,8 @@ class HttpProvider:
 
     def __attrs_post_init__(self) -> None:
         self.api_key = resolve_key(self.api_key, self.api_key_env)
+        if self.api_key is not None:
+            scrub_logs_of((self.api_key,))
         self.base_url = check_base_url(self.base_url)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")

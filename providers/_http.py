@@ -24,7 +24,7 @@ from ._errors import InvalidRequest, MalformedResponse, ProviderError, ResponseT
 from ._pool import client_for
 from ._shape import Shape
 from ._types import HttpPoolLike
-from ._wire_errors import error_for_exception, error_for_status, redact, scrub_logs_of
+from ._wire_errors import error_for_exception, error_for_status, redact
 
 
 def plain(value: Any) -> Any:
@@ -69,8 +69,6 @@ class HttpCall:
         )
 
     def request_kwargs(self) -> dict[str, Any]:
-        if self.secrets:
-            scrub_logs_of(self.secrets)
         kwargs: dict[str, Any] = {
             "content": encode_body(self.payload, self.provider),
             "headers": dict(self.headers),
@@ -187,11 +185,16 @@ async def post_sse(
             raise call.transport_error(exc, mid_stream=mid_stream) from exc
 
 
+def _declared_length(response: httpx.Response) -> int | None:
+    length = response.headers.get("content-length")
+    return int(length) if length is not None and length.isdigit() else None
+
+
 async def _read_bounded(response: httpx.Response, call: HttpCall) -> bytes:
     """The whole body, unless it is longer than ``call.max_bytes``."""
-    length = response.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > call.max_bytes:
-        raise call.too_large(int(length))
+    length = _declared_length(response)
+    if length is not None and length > call.max_bytes:
+        raise call.too_large(length)
     chunks = []
     async for chunk in response.aiter_bytes():
         chunks.append(chunk)
@@ -202,8 +205,8 @@ async def _read_bounded(response: httpx.Response, call: HttpCall) -> bytes:
 
 async def _read_some(response: httpx.Response, limit: int = 64 * 1024) -> bytes:
     """A small body whole (for its first words in an error); nothing of a large one."""
-    length = response.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) <= limit:
+    length = _declared_length(response)
+    if length is not None and length <= limit:
         return await response.aread()
     return b""
 

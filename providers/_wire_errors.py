@@ -140,7 +140,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
-#: Every secret a provider has sent; the HTTP libraries' debug logs are scrubbed of them.
+#: Every provider's key; the HTTP libraries' debug logs are scrubbed of them.
 _SENT_SECRETS: set[str] = set()
 #: httpcore logs each response's headers at DEBUG, and a server may echo a key in one.
 _HTTP_LOGGERS = (
@@ -168,7 +168,8 @@ _SCRUB = _Scrub()
 
 
 def scrub_logs_of(secrets: Iterable[str]) -> None:
-    """Keep ``secrets`` out of httpx's and httpcore's log records from now on."""
+    """Keep ``secrets`` out of httpx's and httpcore's log records from now on
+    (a provider registers its key once, when it is made)."""
     new = {s for s in secrets if s and len(s) >= 4} - _SENT_SECRETS
     if not new:
         return
@@ -252,7 +253,7 @@ def error_for_status(
     retry_after = retry_after_from_headers(headers, now=now) if headers is not None else None
 
     transient: type[TransientProviderError]
-    if 400 <= status < 500 and _context_exceeded(kind, code, message):
+    if 400 <= status < 500 and _context_exceeded(code, message):
         return ContextWindowExceeded(text, status=status)
     if 300 <= status < 400:
         location = httpx.Headers(headers or {}).get("location")
@@ -301,7 +302,7 @@ _CONTEXT_EXCEEDED = re.compile(
 )
 
 
-def _context_exceeded(kind: str | None, code: str | None, message: str | None) -> bool:
+def _context_exceeded(code: str | None, message: str | None) -> bool:
     return code == "context_length_exceeded" or bool(message and _CONTEXT_EXCEEDED.search(message))
 
 
@@ -311,7 +312,7 @@ def error_for_event(
     """The typed error for an error object inside a stream or a 200 body (see the module)."""
     kind, code, message = error_fields(data)
     text = describe(provider, what, kind or code, message, secrets)
-    if _context_exceeded(kind, code, message):
+    if _context_exceeded(code, message):
         return ContextWindowExceeded(text)
     fatal = _FATAL_ERRORS.get(kind or "") or _FATAL_ERRORS.get(code or "")
     return fatal(text) if fatal is not None else StreamErrorEvent(text)
