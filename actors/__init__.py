@@ -7,6 +7,8 @@ the child actors themselves are importable from here for the runtime, but are
 not part of the public API.
 """
 
+from tether.providers import name_errors_by_package
+
 from ._base import ActorFailed as ActorFailed
 from ._base import ActorRef as ActorRef
 from ._base import RestartPolicy as RestartPolicy
@@ -72,14 +74,4 @@ __all__ = [
     "tool",
 ]
 
-# Tracebacks and reprs name the public path (tether.actors.ToolError).
-for _error in (
-    ActorCrashed,
-    ActorError,
-    FatalToolError,
-    ToolArgumentsInvalid,
-    ToolError,
-    TransientToolError,
-):
-    _error.__module__ = __name__
-del _error
+name_errors_by_package(__name__, globals())

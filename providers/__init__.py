@@ -1,9 +1,9 @@
 """Model providers: the protocol, normalized types, HTTP providers, the scripted provider.
 
 The public names are ``__all__``. ``HttpPool`` (the Runtime's shared connection
-pools), ``parse_retry_after``, ``bound_response`` and ``text_too_deep`` (the
-tool-argument depth bound) are importable for the actors, the runtime and the
-tests, but are not part of the public API.
+pools), ``parse_retry_after``, ``bound_response``, ``text_too_deep`` (the
+tool-argument depth bound) and ``name_errors_by_package`` are importable for
+the actors, the runtime and the tests, but are not part of the public API.
 """
 
 from ._anthropic import AnthropicProvider as AnthropicProvider
@@ -28,6 +28,7 @@ from ._errors import StreamErrorEvent as StreamErrorEvent
 from ._errors import StreamInterrupted as StreamInterrupted
 from ._errors import TetherError as TetherError
 from ._errors import TransientProviderError as TransientProviderError
+from ._errors import name_errors_by_package as name_errors_by_package
 from ._openai import OpenAIProvider as OpenAIProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import price_for as price_for
@@ -103,28 +104,4 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "price_for",
 ]
 
-# Tracebacks and reprs name the public path (tether.providers.RateLimited), which
-# is also where pickle finds them.
-for _error in (
-    AuthenticationFailed,
-    ConnectionDropped,
-    ContextWindowExceeded,
-    FatalProviderError,
-    InvalidRequest,
-    MalformedResponse,
-    NotFound,
-    Overloaded,
-    PermissionDenied,
-    ProviderError,
-    ProviderTimeout,
-    RateLimited,
-    ResponseTooLarge,
-    ServerError,
-    StreamErrorEvent,
-    StreamInterrupted,
-    TetherError,
-    TransientProviderError,
-    ScriptExhausted,
-):
-    _error.__module__ = __name__
-del _error
+name_errors_by_package(__name__, globals())

@@ -28,6 +28,8 @@ Messages never contain an API key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class TetherError(Exception):
     """Base class of every error tether raises."""
@@ -134,3 +136,19 @@ def _snake(name: str) -> str:
             out.append("_")
         out.append(ch.lower())
     return "".join(out)
+
+
+def name_errors_by_package(package: str, namespace: Mapping[str, object]) -> None:
+    """Give each exception class of ``package``'s ``__all__`` that one of its own
+    modules defines the package's name as its module: tracebacks and reprs then
+    show ``tether.providers.RateLimited``, which is also where pickle finds it."""
+    names = namespace["__all__"]
+    assert isinstance(names, list)
+    for name in names:
+        value = namespace[name]
+        if (
+            isinstance(value, type)
+            and issubclass(value, BaseException)
+            and value.__module__.startswith(package + ".")
+        ):
+            value.__module__ = package

@@ -4,6 +4,7 @@ from tether.actors import Candidate as Candidate
 from tether.actors import Judge as Judge
 from tether.actors import Judgement as Judgement
 from tether.actors import RuleJudge as RuleJudge
+from tether.providers import name_errors_by_package
 
 from ._agent import Agent as Agent
 from ._context import ContextStrategy as ContextStrategy
@@ -67,7 +68,4 @@ __all__ = [
     "estimate_tokens",
 ]
 
-# Tracebacks and reprs name the public path (tether.runtime.BudgetExhausted).
-for _error in (BudgetExhausted, LessonStoreError, RuntimeClosed):
-    _error.__module__ = __name__
-del _error
+name_errors_by_package(__name__, globals())
