@@ -104,11 +104,6 @@ class ToolThreads:
     def __init__(self, size: int) -> None:
         self._slots = anyio.CapacityLimiter(size)
 
-    @property
-    def busy(self) -> int:
-        """Calls holding a slot now."""
-        return int(self._slots.borrowed_tokens)
-
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a daemon thread; cancelling the caller abandons the call at once."""
         async with self._slots:

@@ -10,37 +10,10 @@ demo agents play a scripted model)::
     python examples/trio_service.py              # http://127.0.0.1:8000
     python examples/trio_service.py --port 9000  # or TETHER_HOST / TETHER_PORT
 
-Routes (every one needs ``Authorization: Bearer <token>``)::
-
-    POST   /runs              {"input": "...", "agent": "demo"}  -> 201 {"run_id": ...}
-    GET    /runs/{id}/events  the run's events as Server-Sent Events: every event
-                              from the first, then live ones, until RunFinished
-    GET    /runs/{id}         {"status": "running"} or the result
-    DELETE /runs/{id}         cancel the run -> 202
-    GET    /runs/{id}/approvals            the tool calls waiting for approval
-    POST   /runs/{id}/approvals/{call_id}  {"approve": true|false, "reason": "..."}
-
-Agents: ``demo`` (answers in about 0.1 s), ``slow`` (5 s per model call) and
-``guarded`` (its tool call waits for approval).
-
-Security (the same in ``examples/fastapi_service.py``; see ``examples/_service.py``):
-
-* ``TETHER_API_TOKENS`` holds the API tokens, comma-separated: ``client=token``
-  names the client, a bare ``token`` is its own client name. Without it the
-  service refuses to start, unless ``--insecure`` (no authentication at all:
-  only for a trusted machine). A missing or wrong token is 401 with
-  ``WWW-Authenticate: Bearer``; tokens are compared in constant time.
-* A run belongs to the client that started it: any other client gets 404 for
-  it on every route. Run ids are random (``run-`` and 144 bits).
-* A body must be ``application/json`` (415), at most 64 KiB (413, counted while
-  it is read) and a JSON object with the route's fields and types (422); an
-  input is at most 16,000 characters.
-* At most 4 runs in flight per client (429 with ``Retry-After``) and 64 in
-  all (503). Quotas and sizes are ``Settings`` fields.
-* Ctrl-C or SIGTERM: no new runs (503); runs in flight get ``--shutdown-grace``
-  seconds (default 5) to finish, then are cancelled; each event stream sends
-  its run's events up to RunFinished, then ``event: shutdown``, and closes;
-  then the server exits.
+The routes, the demo agents and the security rules (bearer tokens from
+``TETHER_API_TOKENS``, runs private to their client, random run ids, body
+limits, quotas, the shutdown drain) are those of ``examples/fastapi_service.py``:
+both servers are thin shells around ``examples/_service.py``.
 
 No TLS here: serve it behind a TLS-terminating proxy when it leaves the host.
 

@@ -40,7 +40,7 @@ from tether.providers import (
     Reply,
     ScriptedProvider,
 )
-from tether.runtime import Agent, JsonlSink, RunHandle, RunResult, Runtime, Termination
+from tether.runtime import Agent, JsonlSink, RunHandle, Runtime, Termination
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -48,17 +48,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # Run ids are unique per Runtime: one file can collect many runs.
     sink = _open_sink(args.trace, "a")
     try:
-        result, interrupted = anyio.run(_run, agent, args.input, sink, backend=args.backend)
+        return anyio.run(_run, agent, args.input, sink, backend=args.backend)
     finally:
         if sink is not None:
             sink.close()
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_CODES.get(result.termination, EXIT_STOPPED)
 
 
-async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> tuple[RunResult, bool]:
-    """The run's result, and whether Ctrl-C cancelled it."""
+async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> int:
+    """Run ``agent``, print its answer and its summary; the exit code (130 after Ctrl-C)."""
     out, err = sys.stdout, sys.stderr
     async with Runtime(event_sink=sink) as rt:
         handle = rt.start(agent, input)
@@ -77,7 +74,7 @@ async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> tuple[RunRes
         _write(err, f"termination: {result.termination.value} (exit {code})")
         if result.error:
             _write(err, f"error: {result.error.rstrip()}")
-    return result, interrupt.pressed
+    return code
 
 
 async def _follow(handle: RunHandle, out: TextIO, err: TextIO) -> None:
