@@ -14,12 +14,13 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, AnthropicProvider, Backoff, OpenAIProvider
+from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, Backoff
 
 from ..helpers import assert_consistent, of
 from . import anthropic_wire as anth
 from . import openai_wire as oai
-from .fakes import SECRET, Answer, fake_server, raw_answer, sse_answer, sse_body
+from . import wires
+from .fakes import Answer, fake_server, raw_answer, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
 
@@ -96,13 +97,8 @@ def final_answer(kind: str, stream: bool) -> Answer:
 
 
 def make_provider(kind: str, url: str, stream: bool) -> Any:
-    backoff = Backoff(initial=0.001, cap=0.01, jitter=False)
-    if kind == "anthropic":
-        return AnthropicProvider(
-            anth.MODEL, api_key=SECRET, base_url=url, stream=stream, backoff=backoff
-        )
-    return OpenAIProvider(
-        oai.MODEL, api_key=SECRET, base_url=f"{url}/v1", stream=stream, backoff=backoff
+    return wires.make_provider(
+        kind, url, stream, backoff=Backoff(initial=0.001, cap=0.01, jitter=False)
     )
 
 

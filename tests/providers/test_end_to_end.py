@@ -15,11 +15,12 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether.providers import AnthropicProvider, Backoff, OpenAIProvider, price_for
+from tether.providers import AnthropicProvider, Backoff, price_for
 
 from ..helpers import AUTOJUMP, assert_consistent, of
 from . import anthropic_wire as anth
 from . import openai_wire as oai
+from . import wires
 from .fakes import SECRET, Answer, fake_server, json_answer, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
@@ -113,13 +114,8 @@ def openai_answers(stream: bool) -> list[Answer]:
 
 
 def make_provider(kind: str, url: str, stream: bool) -> Any:
-    backoff = Backoff(initial=0.01, cap=2.0, jitter=False)
-    if kind == "anthropic":
-        return AnthropicProvider(
-            anth.MODEL, api_key=SECRET, base_url=url, stream=stream, backoff=backoff
-        )
-    return OpenAIProvider(
-        oai.MODEL, api_key=SECRET, base_url=f"{url}/v1", stream=stream, backoff=backoff
+    return wires.make_provider(
+        kind, url, stream, backoff=Backoff(initial=0.01, cap=2.0, jitter=False)
     )
 
 

@@ -10,11 +10,12 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether.providers import AnthropicProvider, Backoff, OpenAIProvider
+from tether.providers import Backoff, OpenAIProvider
 
 from ..helpers import assert_consistent, of
 from . import anthropic_wire as anth
 from . import openai_wire as oai
+from . import wires
 from .fakes import SECRET, Answer, fake_server, json_answer, raw_answer, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
@@ -31,11 +32,7 @@ async def add(a: int, b: int) -> int:
 
 def make_provider(kind: str, url: str, stream: bool = True, **kw: Any) -> Any:
     backoff = Backoff(initial=0.001, cap=0.01, jitter=False)
-    if kind == "anthropic":
-        kw.setdefault("api_key", SECRET)
-        return AnthropicProvider(anth.MODEL, base_url=url, stream=stream, backoff=backoff, **kw)
-    kw.setdefault("api_key", SECRET)
-    return OpenAIProvider(oai.MODEL, base_url=f"{url}/v1", stream=stream, backoff=backoff, **kw)
+    return wires.make_provider(kind, url, stream, backoff=backoff, **kw)
 
 
 async def run(provider: Any, **agent: Any) -> tether.RunResult:
