@@ -282,21 +282,20 @@ class Run:
     def _finish(self, termination: Termination, error: str | None) -> None:
         """Assembly (the ``finalize`` stage), then ``RunFinished``: exactly once."""
         state, trail = self.state, self.trail
-        trail.enter("finalize")
-        if self._tool_round is not None:
-            # A run that ended mid-execution still answers every tool_use it got.
-            self._tool_round.abort("the run ended before this call ran")
-            self._tool_round = None
-        output = None
-        if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
-            output = state.candidate
-        elif termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
-            output = state.output
-        state.error = error
-        usage = state.usage.freeze()
-        judgement = state.judgement
-        messages = tuple(state.messages)
-        trail.exit("finalize")
+        with trail.stage("finalize"):
+            if self._tool_round is not None:
+                # A run that ended mid-execution still answers every tool_use it got.
+                self._tool_round.abort("the run ended before this call ran")
+                self._tool_round = None
+            output = None
+            if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
+                output = state.candidate
+            elif termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
+                output = state.output
+            state.error = error
+            usage = state.usage.freeze()
+            judgement = state.judgement
+            messages = tuple(state.messages)
         trail.add(
             ev.RunFinished(
                 **trail.head(), termination=termination, usage=usage, output=output, error=error
@@ -529,14 +528,15 @@ class Run:
             actor=self._tools_actor,
             run_child=self._run_child,
         )
-        self.trail.enter("execute")
+        execute = self.trail.stage("execute")
+        execute.enter()
         try:
             decision = await tool_round.run()
             self._tool_round = None
             return decision
         finally:
             self.state.found_tools += self._tools.promote(tool_round.found)
-            self.trail.exit("execute")
+            execute.exit()  # also when the round ends otherwise: its calls are answered
 
     async def _run_child(self, agent: object, task: str) -> ToolOutput:
         """Run ``agent`` on ``task`` as a child of this run (``ToolContext.run_child``)."""

@@ -82,13 +82,6 @@ class Trail:
             bracket = self._stages[stage] = Stage(self, stage)
         return bracket
 
-    # For a stage that does not fit one ``with`` block (its exit is on another path).
-    def enter(self, stage: ev.Stage) -> None:
-        self.stage(stage).__enter__()
-
-    def exit(self, stage: ev.Stage) -> None:
-        self.stage(stage).__exit__(None, None, None)
-
     def finish(self) -> tuple[ev.Event, ...]:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = tuple(self._events)
@@ -164,6 +157,12 @@ class Stage:
                     stage=self._stage,
                 )
             )
+
+    # For a stage whose end is not one ``with`` block's (it closes on every path).
+    enter = __enter__
+
+    def exit(self) -> None:
+        self.__exit__(None, None, None)
 
 
 class EventStream:
