@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 import tether.runtime._events as ev
@@ -28,7 +30,8 @@ class RunResult:
     judgement: Judgement | None
     usage: Usage
     messages: tuple[Message, ...]
-    events: tuple[ev.Event, ...]
+    #: The run's events in order (a read-only sequence; see :class:`~._trail.EventLog`).
+    events: Sequence[ev.Event]
     error: str | None = None
 
     @property
@@ -42,7 +45,7 @@ class RunResult:
         return summarize(self.events)
 
 
-def summarize(events: tuple[ev.Event, ...] | list[ev.Event]) -> str:
+def summarize(events: Sequence[ev.Event]) -> str:
     """The run's path: one step per model call, tool batch, judgement and ceiling.
 
     A model call that did not finish (it failed, was cut at a ceiling or

@@ -16,14 +16,21 @@ and the event's own fields. Stages are brackets::
 A bracket emits ``StageEntered`` on entry and ``StageExited`` when its block
 ends normally. A block left by an exception (a cancellation, a crash) leaves
 the stage open: the trail then shows where the run was when it was cut short.
+
+Stage events are most of a round's events, and most runs' events are never
+read one by one. So unless a sink takes every event as it comes, a stage event
+is recorded compactly, as a tuple of plain values (``(entered, stage, round,
+at)``; the garbage collector stops tracking such a tuple), and becomes its
+event object when it is first read: by a follower, by ``RunResult.events``, by
+a summary. What a reader sees is the same either way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TypedDict
+from typing import Any, TypedDict, overload
 
 import anyio
 
@@ -48,8 +55,9 @@ class Trail:
         self.run_id = run_id
         #: The round the next events belong to (0 during preparation).
         self.round = 0
-        self._events: list[ev.Event] = []
-        self._finished: tuple[ev.Event, ...] | None = None
+        # Event objects, and stage events recorded compactly (see the module docstring).
+        self._events: list[ev.Event | _Compact] = []
+        self._finished: EventLog | None = None
         self._sink = sink
         self._waiter: anyio.Event | None = None
         # Stage brackets, one per stage name; dropped by finish() (they refer back).
@@ -82,9 +90,9 @@ class Trail:
             bracket = self._stages[stage] = Stage(self, stage)
         return bracket
 
-    def finish(self) -> tuple[ev.Event, ...]:
+    def finish(self) -> EventLog:
         """Freeze the trail (the run has ended) and wake every follower."""
-        frozen = self._finished = tuple(self._events)
+        frozen = self._finished = EventLog(self.run_id, self._events)
         self._events = []
         self._stages = {}
         if self._waiter is not None:
@@ -97,14 +105,22 @@ class Trail:
     @property
     def events(self) -> Sequence[ev.Event]:
         """Every event so far."""
-        return self._events if self._finished is None else self._finished
+        if self._finished is not None:
+            return self._finished
+        return [self.event(i) for i in range(len(self._events))]
+
+    def event(self, seq: int) -> ev.Event:
+        """The event numbered ``seq``."""
+        if self._finished is not None:
+            return self._finished[seq]
+        return _built(self.run_id, self._events, seq)
 
     @property
     def finished(self) -> bool:
         return self._finished is not None
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self._events) if self._finished is None else len(self._finished)
 
     async def wait_beyond(self, count: int) -> None:
         """Wait until the trail has more than ``count`` events or is finished."""
@@ -127,18 +143,23 @@ class Stage:
         self._trail = trail
         self._stage = stage
 
-    # Stage events are most of a round's events: built directly, no keyword packing.
     def __enter__(self) -> None:
         trail = self._trail
-        trail.add(
-            ev.StageEntered(
-                run_id=trail.run_id,
-                seq=len(trail._events),
-                round=trail.round,
-                at=time.time(),
-                stage=self._stage,
+        if trail._sink is not None:
+            trail.add(
+                ev.StageEntered(
+                    run_id=trail.run_id,
+                    seq=len(trail._events),
+                    round=trail.round,
+                    at=time.time(),
+                    stage=self._stage,
+                )
             )
-        )
+            return
+        trail._events.append((True, self._stage, trail.round, time.time()))
+        if trail._waiter is not None:
+            trail._waiter.set()
+            trail._waiter = None
 
     def __exit__(
         self,
@@ -146,8 +167,10 @@ class Stage:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is None:
-            trail = self._trail
+        if exc_type is not None:
+            return
+        trail = self._trail
+        if trail._sink is not None:
             trail.add(
                 ev.StageExited(
                     run_id=trail.run_id,
@@ -157,6 +180,11 @@ class Stage:
                     stage=self._stage,
                 )
             )
+            return
+        trail._events.append((False, self._stage, trail.round, time.time()))
+        if trail._waiter is not None:
+            trail._waiter.set()
+            trail._waiter = None
 
     # For a stage whose end is not one ``with`` block's (it closes on every path).
     enter = __enter__
@@ -183,10 +211,79 @@ class EventStream:
 
     async def __anext__(self) -> ev.Event:
         trail = self._trail
-        if self._index >= len(trail.events):
+        if self._index >= len(trail):
             await trail.wait_beyond(self._index)
-            if self._index >= len(trail.events):
+            if self._index >= len(trail):
                 raise StopAsyncIteration
-        event = trail.events[self._index]
+        event = trail.event(self._index)
         self._index += 1
         return event
+
+
+#: A stage event recorded compactly: (entered, stage, round, at).
+_Compact = tuple[bool, ev.Stage, int, float]
+
+
+def _built(run_id: str, items: list[ev.Event | _Compact], seq: int) -> ev.Event:
+    """``items[seq]`` as its event object, building it (once) if it is compact."""
+    item = items[seq]
+    if not isinstance(item, tuple):
+        return item
+    entered, stage, round, at = item
+    cls = ev.StageEntered if entered else ev.StageExited
+    event = items[seq] = cls(run_id=run_id, seq=seq, round=round, at=at, stage=stage)
+    return event
+
+
+class EventLog(Sequence[ev.Event]):
+    """A finished run's events (``RunResult.events``): a read-only sequence.
+
+    It behaves as the tuple of the run's events (indexing, slicing, iteration,
+    ``==`` with any sequence of the same events); stage events recorded
+    compactly become objects when first read (see the module docstring).
+    """
+
+    __slots__ = ("_items", "_run_id")
+
+    def __init__(self, run_id: str, items: list[ev.Event | _Compact]) -> None:
+        self._run_id = run_id
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> ev.Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ev.Event, ...]: ...
+    def __getitem__(self, index: int | slice) -> ev.Event | tuple[ev.Event, ...]:
+        items = self._items
+        if isinstance(index, slice):
+            return tuple(_built(self._run_id, items, i) for i in range(len(items))[index])
+        if index < 0:
+            index += len(items)
+        if not 0 <= index < len(items):
+            raise IndexError("event index out of range")
+        return _built(self._run_id, items, index)
+
+    def __iter__(self) -> Iterator[ev.Event]:
+        for i in range(len(self._items)):
+            yield _built(self._run_id, self._items, i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Sequence[ev.Event]) -> tuple[ev.Event, ...]:
+        return (*self, *other)
+
+    def __repr__(self) -> str:
+        return f"EventLog({tuple(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles (and copies) as the plain tuple of its events.
+        return (tuple, (tuple(self),))

@@ -1,0 +1,66 @@
+"""The event trail records stage events compactly and reads them back as the same events."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import tether
+from tether import events as ev
+from tether.providers import Reply, ScriptedProvider, ToolCall
+from tether.runtime._trail import EventLog, Trail
+
+from .helpers import add, kinds
+
+pytestmark = pytest.mark.anyio
+
+
+def _agent() -> tether.Agent:
+    call = ToolCall(name="add", arguments={"a": 1, "b": 2})
+    script = [Reply(tool_calls=(call,)), Reply(text="3")]
+    return tether.Agent(name="a", provider=ScriptedProvider(script), tools=[add])
+
+
+def _without_time(events: object) -> list[tuple[str, int, int, str | None]]:
+    assert isinstance(events, (tuple, list, EventLog))
+    return [(type(e).__name__, e.seq, e.round, getattr(e, "stage", None)) for e in events]
+
+
+async def test_a_run_read_later_has_the_same_trail_as_one_a_sink_saw() -> None:
+    """Compact stage events become the same events a sink gets built at once."""
+    seen: list[ev.Event] = []
+    async with tether.Runtime(event_sink=seen.append) as rt:
+        with_sink = await rt.run(_agent(), "q")
+    async with tether.Runtime() as rt:
+        handle = rt.start(_agent(), "q")
+        followed = [e async for e in handle.events()]
+        plain = await handle.result()
+    assert _without_time(plain.events) == _without_time(with_sink.events) == _without_time(seen)
+    assert followed == list(plain.events)
+    assert [e.seq for e in plain.events] == list(range(len(plain.events)))
+    assert all(e.run_id == plain.run_id for e in plain.events)
+    assert kinds(plain.events).count("StageEntered") == kinds(with_sink.events).count(
+        "StageEntered"
+    )
+
+
+def test_an_event_log_behaves_as_the_tuple_of_its_events() -> None:
+    """Indexing, slicing, equality, hashing, pickling and summaries see plain events."""
+    trail = Trail("r")
+    with trail.stage("input"):
+        trail.add(ev.PolicyChecked(**trail.head(), point="input", verdict="allow", reason=None))
+    log = trail.finish()
+    as_tuple = tuple(log)
+    assert len(log) == 3
+    assert [type(e) for e in log] == [ev.StageEntered, ev.PolicyChecked, ev.StageExited]
+    assert log[0] is log[0]  # built once
+    assert log[-1] == as_tuple[-1]
+    assert log[1:] == as_tuple[1:]
+    assert log == as_tuple
+    assert log == list(as_tuple)
+    assert hash(log) == hash(as_tuple)
+    assert log.index(as_tuple[1]) == 1
+    assert pickle.loads(pickle.dumps(log)) == as_tuple
+    with pytest.raises(IndexError):
+        log[3]
