@@ -15,7 +15,8 @@ matched exhaustively below.
 
 from __future__ import annotations
 
-from typing import assert_never
+from collections.abc import Coroutine
+from typing import Any, assert_never
 
 import anyio
 import attrs
@@ -85,44 +86,47 @@ class ModelClient:
         """Close the actor's mailbox: it ends once idle."""
         self._actor.close()
 
-    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
-        """The provider's response, or the run's ending when the call cannot give one."""
+    def call(self, request: ModelRequest) -> Coroutine[Any, Any, ModelResponse | Decision]:
+        """The provider's response, or the run's ending when the call cannot give one.
+
+        Not a coroutine function itself: the first attempt's coroutine is the
+        call (one frame fewer while it is in flight); a crash retries from there.
+        """
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         meter.provider_attempts += 1
         trail.add(ev.ModelCallStarted(**trail.head(), attempt=1, max_tokens=request.max_tokens))
-        first = 1
-        while True:
-            outcome = await self._send(request, first)
-            if not isinstance(outcome, _Crashed):
-                return outcome
-            error, attempt = outcome.error, outcome.attempt
-            trail.add(ev.ChildCrashed(**trail.head(), actor="model", error=error.traceback))
-            if error.gave_up:
-                why = (
-                    f"the model actor gave up after repeated crashes; the last:\n{error.traceback}"
-                )
-                return Decision.end(Termination.CRASHED, why)
-            if attempt >= self._max_attempts:
-                why = f"ActorCrashed: the model actor crashed on attempt {attempt}:\n"
-                why += error.traceback
-                return Decision.end(Termination.PROVIDER_FAILED, why)
-            wait = self._backoff.wait(attempt)
-            trail.add(
-                ev.ProviderRetry(
-                    **trail.head(),
-                    error_type="actor_crashed",
-                    attempt=attempt,
-                    wait_s=wait,
-                    message="the model actor crashed on this request; it was restarted",
-                )
+        return self._send(request, 1)
+
+    async def _after_crash(
+        self, request: ModelRequest, crashed: _Crashed
+    ) -> ModelResponse | Decision:
+        """The actor died on the call: end the run, or retry on the restarted actor."""
+        trail, error, attempt = self._trail, crashed.error, crashed.attempt
+        trail.add(ev.ChildCrashed(**trail.head(), actor="model", error=error.traceback))
+        if error.gave_up:
+            why = f"the model actor gave up after repeated crashes; the last:\n{error.traceback}"
+            return Decision.end(Termination.CRASHED, why)
+        if attempt >= self._max_attempts:
+            why = f"ActorCrashed: the model actor crashed on attempt {attempt}:\n"
+            why += error.traceback
+            return Decision.end(Termination.PROVIDER_FAILED, why)
+        wait = self._backoff.wait(attempt)
+        trail.add(
+            ev.ProviderRetry(
+                **trail.head(),
+                error_type="actor_crashed",
+                attempt=attempt,
+                wait_s=wait,
+                message="the model actor crashed on this request; it was restarted",
             )
-            await anyio.sleep(wait)
-            first = attempt + 1
-            meter.provider_attempts += 1
-            trail.add(
-                ev.ModelCallStarted(**trail.head(), attempt=first, max_tokens=request.max_tokens)
-            )
+        )
+        await anyio.sleep(wait)
+        self._accounts.meter.provider_attempts += 1
+        trail.add(
+            ev.ModelCallStarted(**trail.head(), attempt=attempt + 1, max_tokens=request.max_tokens)
+        )
+        return await self._send(request, attempt + 1)
 
     def _finished(self, response: ModelResponse) -> ModelResponse:
         trail = self._trail
@@ -139,7 +143,7 @@ class ModelClient:
         )
         return response
 
-    async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision | _Crashed:
+    async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision:
         accounts, trail, meter = self._accounts, self._trail, self._accounts.meter
         reply: ReplyChannel[ModelReply] = ReplyChannel(16)
         attempt = first
@@ -157,19 +161,21 @@ class ModelClient:
         call = ModelCall(
             request=request, max_attempts=self._max_attempts, reply=reply, first_attempt=first
         )
+        crashed: _Crashed | None = None
         try:
             try:
                 await self._actor.send(call)
             except ActorCrashed as gone:
-                return _Crashed(gone, attempt)
-            while True:
+                crashed = _Crashed(gone, attempt)
+            while crashed is None:
                 try:
                     item = await reply.receive()
                 except anyio.EndOfStream:
                     # Closed unanswered: the actor died with the request (had the
                     # run been cancelled, receive would have raised that instead).
                     stopped = ActorCrashed("model", "the model actor stopped without an answer")
-                    return _Crashed(stopped, attempt)
+                    crashed = _Crashed(stopped, attempt)
+                    break
                 match item:
                     case TextDelta():
                         if estimating:
@@ -241,12 +247,13 @@ class ModelClient:
                             Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}"
                         )
                     case ActorFailed():
-                        return _Crashed(item.error, attempt)
+                        crashed = _Crashed(item.error, attempt)
                     case _:
                         assert_never(item)
         finally:
             reply.abandon()
             accounts.record("model", seen, accounts.cost(seen))
+        return await self._after_crash(request, crashed)
 
 
 class HeldModelClient(ModelClient):
