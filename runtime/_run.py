@@ -528,15 +528,14 @@ class Run:
             actor=self._tools_actor,
             run_child=self._run_child,
         )
-        execute = self.trail.stage("execute")
-        execute.enter()
+        self.trail.enter("execute")
         try:
             decision = await tool_round.run()
             self._tool_round = None
             return decision
         finally:
             self.state.found_tools += self._tools.promote(tool_round.found)
-            execute.exit()  # also when the round ends otherwise: its calls are answered
+            self.trail.exit()  # also when the round ends otherwise: its calls are answered
 
     async def _run_child(self, agent: object, task: str) -> ToolOutput:
         """Run ``agent`` on ``task`` as a child of this run (``ToolContext.run_child``)."""

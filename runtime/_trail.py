@@ -49,7 +49,7 @@ class Head(TypedDict):
 class Trail:
     """A run's events: appended while it runs, frozen into a tuple when it ends."""
 
-    __slots__ = ("_events", "_finished", "_sink", "_stages", "_waiter", "round", "run_id")
+    __slots__ = ("_events", "_finished", "_next", "_open", "_sink", "_waiter", "round", "run_id")
 
     def __init__(self, run_id: str, sink: Callable[[ev.Event], object] | None = None) -> None:
         self.run_id = run_id
@@ -60,8 +60,9 @@ class Trail:
         self._finished: EventLog | None = None
         self._sink = sink
         self._waiter: anyio.Event | None = None
-        # Stage brackets, one per stage name; dropped by finish() (they refer back).
-        self._stages: dict[str, Stage] = {}
+        # The stages open now, innermost last; and the one stage() names next.
+        self._open: list[ev.Stage] = []
+        self._next: ev.Stage = "input"
 
     # ----------------------------------------------------------------- writing
 
@@ -83,18 +84,62 @@ class Trail:
         if self._sink is not None:
             self._sink(event)
 
-    def stage(self, stage: ev.Stage) -> Stage:
+    def stage(self, stage: ev.Stage) -> Trail:
         """A bracket around one stage of the run (see the module docstring)."""
-        bracket = self._stages.get(stage)
-        if bracket is None:  # one per stage name and trail, made on first use
-            bracket = self._stages[stage] = Stage(self, stage)
-        return bracket
+        self._next = stage
+        return self
+
+    # Stage events are most of a round's events: recorded inline, no helper call.
+    def __enter__(self) -> None:
+        stage = self._next
+        self._open.append(stage)
+        if self._sink is not None:
+            at = time.time()
+            self.add(
+                ev.StageEntered(
+                    run_id=self.run_id, seq=len(self._events), round=self.round, at=at, stage=stage
+                )
+            )
+            return
+        self._events.append((True, stage, self.round, time.time()))
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stage = self._open.pop()
+        if exc_type is not None:
+            return
+        if self._sink is not None:
+            at = time.time()
+            self.add(
+                ev.StageExited(
+                    run_id=self.run_id, seq=len(self._events), round=self.round, at=at, stage=stage
+                )
+            )
+            return
+        self._events.append((False, stage, self.round, time.time()))
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def enter(self, stage: ev.Stage) -> None:
+        """Open ``stage`` for a block whose end is not one ``with`` statement's."""
+        self.stage(stage).__enter__()
+
+    def exit(self) -> None:
+        """Close the stage :meth:`enter` opened (on every path)."""
+        self.__exit__(None, None, None)
 
     def finish(self) -> EventLog:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = EventLog(self.run_id, self._events)
         self._events = []
-        self._stages = {}
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -132,65 +177,6 @@ class Trail:
     def follow(self) -> EventStream:
         """Every event from the first, then live ones, until the trail is finished."""
         return EventStream(self)
-
-
-class Stage:
-    """``with trail.stage(name):`` — see :meth:`Trail.stage`."""
-
-    __slots__ = ("_stage", "_trail")
-
-    def __init__(self, trail: Trail, stage: ev.Stage) -> None:
-        self._trail = trail
-        self._stage = stage
-
-    def __enter__(self) -> None:
-        trail = self._trail
-        if trail._sink is not None:
-            trail.add(
-                ev.StageEntered(
-                    run_id=trail.run_id,
-                    seq=len(trail._events),
-                    round=trail.round,
-                    at=time.time(),
-                    stage=self._stage,
-                )
-            )
-            return
-        trail._events.append((True, self._stage, trail.round, time.time()))
-        if trail._waiter is not None:
-            trail._waiter.set()
-            trail._waiter = None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None:
-            return
-        trail = self._trail
-        if trail._sink is not None:
-            trail.add(
-                ev.StageExited(
-                    run_id=trail.run_id,
-                    seq=len(trail._events),
-                    round=trail.round,
-                    at=time.time(),
-                    stage=self._stage,
-                )
-            )
-            return
-        trail._events.append((False, self._stage, trail.round, time.time()))
-        if trail._waiter is not None:
-            trail._waiter.set()
-            trail._waiter = None
-
-    # For a stage whose end is not one ``with`` block's (it closes on every path).
-    enter = __enter__
-
-    def exit(self) -> None:
-        self.__exit__(None, None, None)
 
 
 class EventStream:
