@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import typing
 
 import pytest
 
 import tether
 from tether import events as ev
 from tether.providers import Reply, ScriptedProvider, ToolCall
+from tether.runtime._events import Stage
 from tether.runtime._trail import EventLog, Trail
 
 from .helpers import add, kinds
@@ -64,3 +66,35 @@ def test_an_event_log_behaves_as_the_tuple_of_its_events() -> None:
     assert pickle.loads(pickle.dumps(log)) == as_tuple
     with pytest.raises(IndexError):
         log[3]
+
+
+def test_a_compact_stage_event_keeps_its_round_stage_and_time_exactly() -> None:
+    """Every stage, a very late round and the exact timestamp survive compact recording."""
+    trail = Trail("r")
+    trail.round = 10**9
+    for stage in typing.get_args(Stage):
+        with trail.stage(stage):
+            pass
+    events = list(trail.finish())
+    assert [(type(e), e.stage) for e in events] == [
+        (cls, stage)
+        for stage in typing.get_args(Stage)
+        for cls in (ev.StageEntered, ev.StageExited)
+    ]
+    assert {e.round for e in events} == {10**9}
+    assert all(isinstance(e.at, float) and e.at > 1e9 for e in events)
+    assert [e.at for e in events] == sorted(e.at for e in events)
+
+
+def test_a_stage_left_by_an_exception_stays_open_and_the_next_one_opens() -> None:
+    """A block that raises emits no StageExited; the stage after it is bracketed as usual."""
+    trail = Trail("r")
+    with pytest.raises(RuntimeError), trail.stage("model"):
+        raise RuntimeError("cut")
+    with trail.stage("finalize"):
+        pass
+    assert [(type(e).__name__, e.stage) for e in trail.finish()] == [
+        ("StageEntered", "model"),
+        ("StageEntered", "finalize"),
+        ("StageExited", "finalize"),
+    ]
