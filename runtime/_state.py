@@ -41,6 +41,7 @@ class RunState:
 
     run_id: str
     agent: str
+    #: The input's text form (a parts input's message is the first of ``messages``).
     input: str
     #: The system prompt as sent: the agent's instructions plus recalled lessons.
     system: str
