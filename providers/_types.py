@@ -107,7 +107,8 @@ def sniff_media_type(data: bytes) -> str | None:
     return None
 
 
-def _image_bytes(value: object) -> bytes | None:
+def _image_bytes(value: bytes | bytearray | memoryview | None) -> bytes | None:
+    # Typed for mypy's sake; checked for callers that are not type-checked.
     if value is None or type(value) is bytes:
         return value
     if isinstance(value, bytes | bytearray | memoryview):
@@ -115,12 +116,14 @@ def _image_bytes(value: object) -> bytes | None:
     raise TypeError(f"Image data must be bytes, got {type(value).__name__}")
 
 
-def _media_type(value: object) -> str | None:
+def _media_type(value: str | None) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"Image media_type must be a str, got {type(value).__name__}")
-    return value.strip().lower()
+    value = value.strip().lower()
+    # A common misspelling (the file extension), not a registered type: read it kindly.
+    return "image/jpeg" if value == "image/jpg" else value
 
 
 def _size(n: int) -> str:
@@ -139,6 +142,10 @@ class Image:
     agree with ``media_type``, at most :data:`MAX_IMAGE_BYTES` long; a URL must
     be ``http(s)://`` (``from_url`` decodes ``data:`` URLs into bytes). A URL
     image is fetched by the provider's servers, not by tether.
+
+    tether reads no further into the image than its first bytes: the pixel
+    size (Anthropic refuses more than 8,000 px a side) and animation (OpenAI
+    takes still GIFs only) are the vendor's to check.
     """
 
     media_type: str | None = attrs.field(default=None, converter=_media_type)
@@ -192,7 +199,9 @@ class Image:
             raise ValueError(f"the data is a {found} image, but media_type says {media_type}")
 
     @classmethod
-    def from_bytes(cls, data: bytes, media_type: str | None = None) -> Image:
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, media_type: str | None = None
+    ) -> Image:
         """An image from its bytes; ``media_type`` (``"image/png"``...) is read from
         the bytes when not given."""
         data = _image_bytes(data) or b""

@@ -42,6 +42,7 @@ def test_from_bytes_reads_the_media_type_and_checks_it() -> None:
     """from_bytes sniffs the type from the bytes, and refuses a media type the bytes contradict."""
     assert Image.from_bytes(PNG).media_type == "image/png"
     assert Image.from_bytes(JPEG, "IMAGE/JPEG").media_type == "image/jpeg"
+    assert Image.from_bytes(bytearray(JPEG), "image/jpg") == Image.from_bytes(JPEG)
     webp = b"RIFF\x10\x00\x00\x00WEBPVP8 " + bytes(8)
     assert Image.from_bytes(webp).media_type == "image/webp"
     assert Image.from_bytes(b"GIF89a" + bytes(8)).media_type == "image/gif"
