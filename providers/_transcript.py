@@ -98,7 +98,7 @@ def load_message(data: Any, where: str = "message") -> Message:
     if role not in ("user", "assistant"):
         raise ValueError(f"{where}.role: must be 'user' or 'assistant', got {role!r}")
     content = obj.get("content")
-    if not isinstance(content, list):
+    if not isinstance(content, list | tuple):
         raise ValueError(f"{where}.content: must be a list of blocks, got {_kind(content)}")
     blocks = tuple(load_block(b, f"{where}.content[{i}]") for i, b in enumerate(content))
     return Message(role=role, content=blocks)
@@ -122,7 +122,7 @@ def load_block(data: Any, where: str) -> ContentBlock:
         if not isinstance(is_error, bool):
             raise ValueError(f"{where}.is_error: must be true or false, got {is_error!r}")
         images = obj.get("images", [])
-        if not isinstance(images, list):
+        if not isinstance(images, list | tuple):
             raise ValueError(f"{where}.images: must be a list of images, got {_kind(images)}")
         return ToolResultBlock(
             tool_use_id=_str(obj, "tool_use_id", where),

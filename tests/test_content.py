@@ -15,8 +15,10 @@ import pytest
 import tether
 from tether import events as ev
 from tether.providers import (
+    IMAGE_TOKENS_ESTIMATE,
     Image,
     Message,
+    ModelRequest,
     Reply,
     ScriptedProvider,
     TextBlock,
@@ -24,6 +26,8 @@ from tether.providers import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from tether.providers._scripted import estimate_input_tokens
+from tether.runtime._estimate import estimate_input
 
 from .helpers import assert_consistent, of
 from .providers import anthropic_wire as anth
@@ -303,3 +307,22 @@ async def test_image_input_and_image_tool_result_on_the_wire(kind: str) -> None:
     assert bodies[1]["messages"] == expected
     uses = [b for m in result.messages for b in m.content if isinstance(b, ToolUseBlock)]
     assert [u.id for u in uses] == ["toolu_1"]
+
+
+def test_images_count_in_token_estimates() -> None:
+    """Where tether estimates tokens, each image counts IMAGE_TOKENS_ESTIMATE input tokens."""
+
+    def request(*content: TextBlock | Image | ToolResultBlock) -> ModelRequest:
+        return ModelRequest(system="", messages=(Message(role="user", content=content),))
+
+    text = request(TextBlock(text="abcd"))
+    with_images = request(
+        TextBlock(text="abcd"),
+        CAT,
+        ToolResultBlock(tool_use_id="t", content="", images=(CHART, CAT)),
+    )
+    assert estimate_input(with_images) - estimate_input(text) == 3 * IMAGE_TOKENS_ESTIMATE
+    assert (
+        estimate_input_tokens(with_images) - estimate_input_tokens(text)
+        == 3 * IMAGE_TOKENS_ESTIMATE
+    )
