@@ -11,6 +11,10 @@ actor runs the ones it is handed and classifies what happens:
 - a fatal failure (:class:`FatalToolError`, ``PermissionError``, a result that
   cannot be serialized): ``fatal_error``, which ends the run.
 
+A result may hold images: a ``tether.Image``, or a list of ``str`` and
+``Image`` parts (its text is the str parts, joined by newlines; the images
+follow it in the tool_result).
+
 Anything else is the classifier's call; the default treats it as a model
 mistake, so the model sees ``ValueError: ...`` and may try differently.
 Calls of one request run concurrently (bounded per run); tools marked
@@ -31,13 +35,16 @@ from typing import Literal, Protocol
 import anyio
 import attrs
 
-from tether.providers import Backoff, ToolUseBlock
+from tether.providers import Backoff, Image, ToolUseBlock
 
 from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._threads import ToolThreads
-from ._toolspec import ToolResultUnserializable, ToolSpec, serialize_result
+from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
+
+#: Results that may carry images (a tether.Image, or a list of str and Image parts).
+_MAY_HOLD_IMAGES = (Image, list, tuple)
 
 ErrorClass = Literal["model", "transient", "fatal"]
 Classifier = Callable[[BaseException], ErrorClass]
@@ -134,6 +141,8 @@ class ToolDone:
     attempts: int
     #: Set when the tool returned a :class:`ToolOutput`.
     output: ToolOutput | None = None
+    #: The images of a result with images (``content`` is then its text).
+    images: tuple[Image, ...] = ()
 
     @property
     def is_error(self) -> bool:
@@ -261,6 +270,8 @@ class ToolActor:
                         outcome: Outcome = "model_error" if value.is_error else "ok"
                         return _done(call, outcome, value.content, attempt, value)
                     try:
+                        if isinstance(value, _MAY_HOLD_IMAGES) and (parts := image_result(value)):
+                            return _done(call, "ok", parts[0], attempt, images=parts[1])
                         content = serialize_result(value)
                     except ToolResultUnserializable as exc:
                         return _done(call, "fatal_error", f"tool {spec.name!r}: {exc}", attempt)
@@ -285,6 +296,7 @@ def _done(
     content: str,
     attempts: int,
     output: ToolOutput | None = None,
+    images: tuple[Image, ...] = (),
 ) -> ToolDone:
     return ToolDone(
         call_id=call.id,
@@ -293,6 +305,7 @@ def _done(
         content=content,
         attempts=attempts,
         output=output,
+        images=images,
     )
 
 

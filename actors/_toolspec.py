@@ -30,7 +30,7 @@ import attrs
 
 from tether.actors._schema import _add_default, _display, _json_converter, _schema, json_schema
 from tether.actors._validate import _Param, _Params, _params_from_schema, _short
-from tether.providers import ToolDef
+from tether.providers import Image, ToolDef
 
 __all__ = [
     "ToolResultUnserializable",
@@ -375,3 +375,33 @@ def serialize_result(value: Any) -> str:
             f"tool returned a value of type {type(value).__name__} that cannot be "
             f"serialized to JSON ({exc})"
         ) from exc
+
+
+def image_result(
+    value: list[Any] | tuple[Any, ...] | Image,
+) -> tuple[str, tuple[Image, ...]] | None:
+    """A result with images as its text and its images; ``None`` when it has no image.
+
+    A :class:`~tether.Image`, or a list (or tuple) of ``str`` and ``Image``
+    parts: the text parts, joined by newlines, are the result's text, and the
+    images follow it (as the providers send them). Raises
+    :class:`ToolResultUnserializable` for a list mixing images with anything
+    but strings.
+    """
+    if isinstance(value, Image):
+        return "", (value,)
+    if not any(isinstance(v, Image) for v in value):
+        return None
+    texts: list[str] = []
+    images: list[Image] = []
+    for i, part in enumerate(value):
+        if isinstance(part, Image):
+            images.append(part)
+        elif isinstance(part, str):
+            texts.append(part)
+        else:
+            raise ToolResultUnserializable(
+                f"a result with images must be a list of str and tether.Image parts; "
+                f"part {i} is a {type(part).__name__} (make it a str, e.g. with json.dumps)"
+            )
+    return "\n".join(t for t in texts if t), tuple(images)

@@ -2,8 +2,10 @@
 
 The public names are ``__all__``. ``HttpPool`` (the Runtime's shared connection
 pools), ``parse_retry_after``, ``bound_response``, ``text_too_deep`` (the
-tool-argument depth bound) and ``name_errors_by_package`` are importable for
-the actors, the runtime and the tests, but are not part of the public API.
+tool-argument depth bound), ``dump_message``/``load_message`` (one message of
+a transcript, for the run state's converter) and ``name_errors_by_package``
+are importable for the actors, the runtime and the tests, but are not part of
+the public API.
 """
 
 from ._anthropic import AnthropicProvider as AnthropicProvider
@@ -37,9 +39,17 @@ from ._scripted import Reply as Reply
 from ._scripted import ScriptedProvider as ScriptedProvider
 from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import ToolCall as ToolCall
+from ._transcript import dump_message as dump_message
+from ._transcript import dump_messages as dump_messages
+from ._transcript import load_message as load_message
+from ._transcript import load_messages as load_messages
+from ._types import IMAGE_MEDIA_TYPES as IMAGE_MEDIA_TYPES
+from ._types import IMAGE_TOKENS_ESTIMATE as IMAGE_TOKENS_ESTIMATE
+from ._types import MAX_IMAGE_BYTES as MAX_IMAGE_BYTES
 from ._types import Backoff as Backoff
 from ._types import ContentBlock as ContentBlock
 from ._types import HttpPoolLike as HttpPoolLike
+from ._types import Image as Image
 from ._types import Message as Message
 from ._types import ModelRequest as ModelRequest
 from ._types import ModelResponse as ModelResponse
@@ -66,7 +76,11 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ContextWindowExceeded",
     "FatalProviderError",
     "Fault",
+    "IMAGE_MEDIA_TYPES",
+    "IMAGE_TOKENS_ESTIMATE",
+    "Image",
     "InvalidRequest",
+    "MAX_IMAGE_BYTES",
     "MAX_TOOL_ARGUMENT_DEPTH",
     "MalformedResponse",
     "Message",
@@ -101,6 +115,8 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolUseBlock",
     "TransientProviderError",
     "UsageDelta",
+    "dump_messages",
+    "load_messages",
     "price_for",
 ]
 

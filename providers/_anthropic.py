@@ -13,10 +13,13 @@ Decisions:
   write, pool) for this provider's requests; ``None`` keeps the pool's
   (connect 10 s, read 600 s).
 - Content blocks other than ``text`` and ``tool_use`` (thinking, server tools)
-  are skipped. ``tool_result`` blocks are sent first in a user turn, as the API
-  requires. A ``tool_use`` whose input is not an object (a model's invalid
-  JSON, or input nested deeper than ``MAX_TOOL_ARGUMENT_DEPTH``, kept as a
-  string) is sent back as ``{}``: the API accepts objects only.
+  are skipped in answers. An :class:`Image` is sent as an ``image`` block with a
+  ``base64`` source (or a ``url`` source); a tool result with images sends its
+  content as a list: its text, then its image blocks. ``tool_result`` blocks
+  are sent first in a user turn, as the API requires. A ``tool_use`` whose
+  input is not an object (a model's invalid JSON, or input nested deeper than
+  ``MAX_TOOL_ARGUMENT_DEPTH``, kept as a string) is sent back as ``{}``: the
+  API accepts objects only.
 - An ``error`` event inside a stream raises :class:`StreamErrorEvent`
   (transient), except the error types no retry can fix
   (``invalid_request_error``, ``authentication_error``, ``permission_error``,
@@ -47,6 +50,7 @@ from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
+    Image,
     Message,
     ModelRequest,
     ModelResponse,
@@ -195,6 +199,8 @@ def _message(message: Message) -> dict[str, Any]:
         if isinstance(block, TextBlock):
             if block.text:
                 blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, Image):
+            blocks.append(_image(block))
         elif isinstance(block, ToolUseBlock):
             tool_input = block.input
             if not isinstance(tool_input, dict):
@@ -206,12 +212,28 @@ def _message(message: Message) -> dict[str, Any]:
             result: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": block.tool_use_id,
-                "content": block.content,
+                "content": _result_content(block) if block.images else block.content,
             }
             if block.is_error:
                 result["is_error"] = True
             blocks.append(result)
     return {"role": message.role, "content": blocks}
+
+
+def _image(image: Image) -> dict[str, Any]:
+    """An image block: a base64 source, or a URL source."""
+    if image.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": image.url}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": image.media_type, "data": image.base64()},
+    }
+
+
+def _result_content(block: ToolResultBlock) -> list[dict[str, Any]]:
+    """A tool result with images: its text (if any), then its image blocks."""
+    parts = [{"type": "text", "text": block.content}] if block.content else []
+    return parts + [_image(i) for i in block.images]
 
 
 def _usage(raw: Any, base: TokenUsage, shape: Shape) -> TokenUsage:

@@ -19,6 +19,15 @@ Decisions:
 - A user turn's tool results become ``role: tool`` messages, sent before the
   turn's text (which becomes one ``role: user`` message): OpenAI wants tool
   messages right after the assistant message that asked for them.
+- Images: a user turn with an :class:`Image` sends its content as parts in
+  order (``text`` parts, ``image_url`` parts: a ``data:`` URL for bytes, the
+  URL for a URL image). A tool message takes text only, so a tool result with
+  images sends its text (each image named by a stand-in such as
+  ``[image: image/png, 1,234 bytes]``) in its tool message, and the images
+  follow, after the round's tool messages, in one ``role: user`` message:
+  for each such result a text part ``Images returned by tool call <id>:``,
+  then its ``image_url`` parts. An assistant turn is text only (images in it
+  are not sent).
 - Usage: ``input_tokens`` is ``prompt_tokens`` minus the cached part, which
   is ``cache_read_tokens`` (Anthropic's convention, so prices apply alike). A
   server that sends no usage leaves the response's usage at zero, and no
@@ -55,6 +64,7 @@ from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
     ContentBlock,
+    Image,
     Message,
     ModelRequest,
     ModelResponse,
@@ -74,6 +84,8 @@ API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OFFICIAL_HOST = "api.openai.com"
 ERROR_PREFIX = "Error: "
+#: Introduces a tool result's images in the user message that carries them.
+IMAGES_FROM = "Images returned by tool call {}:"
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -279,16 +291,38 @@ def _messages(message: Message) -> list[dict[str, Any]]:
             ]
         return [out]
     result: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    has_image = False
     for block in message.content:
-        if isinstance(block, ToolResultBlock):
+        if type(block) is Image:
+            has_image = True
+        elif isinstance(block, ToolResultBlock):
             content = block.content
+            if block.images:
+                content = "\n".join(filter(None, (content, *(i.describe() for i in block.images))))
+                images.append({"type": "text", "text": IMAGES_FROM.format(block.tool_use_id)})
+                images.extend(_image_part(i) for i in block.images)
             if block.is_error and not content.startswith(ERROR_PREFIX):
                 content = ERROR_PREFIX + content
             result.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+    if images:
+        result.append({"role": "user", "content": images})
+    if has_image:
+        parts = [
+            {"type": "text", "text": b.text} if isinstance(b, TextBlock) else _image_part(b)
+            for b in message.content
+            if isinstance(b, Image) or (isinstance(b, TextBlock) and b.text)
+        ]
+        result.append({"role": "user", "content": parts})
+        return result
     texts = [b.text for b in message.content if isinstance(b, TextBlock)]
     if texts or not result:
         result.append({"role": "user", "content": "\n".join(texts)})
     return result
+
+
+def _image_part(image: Image) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": image.data_url()}}
 
 
 def _arguments(value: Any) -> str:

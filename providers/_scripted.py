@@ -19,8 +19,10 @@ import attrs
 from ._arguments import bound_arguments
 from ._errors import FatalProviderError, ProviderError
 from ._types import (
+    IMAGE_TOKENS_ESTIMATE,
     Backoff,
     ContentBlock,
+    Image,
     ModelRequest,
     ModelResponse,
     Price,
@@ -37,6 +39,8 @@ from ._types import (
 
 #: Characters per token in the scripted provider's usage estimate.
 CHARS_PER_TOKEN = 4
+#: Characters an image counts for in that estimate.
+IMAGE_CHARS = IMAGE_TOKENS_ESTIMATE * CHARS_PER_TOKEN
 
 
 @attrs.frozen(kw_only=True)
@@ -214,7 +218,9 @@ def estimate_input_tokens(request: ModelRequest) -> int:
             if isinstance(block, TextBlock):
                 chars += len(block.text)
             elif isinstance(block, ToolResultBlock):
-                chars += len(block.content)
+                chars += len(block.content) + IMAGE_CHARS * len(block.images)
+            elif isinstance(block, Image):
+                chars += IMAGE_CHARS
             else:
                 chars += len(block.name) + len(repr(block.input))
     return math.ceil(chars / CHARS_PER_TOKEN)

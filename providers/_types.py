@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
+import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -70,19 +73,223 @@ class ToolUseBlock:
         return self.input
 
 
+#: The image media types tether accepts: those both vendors take (Anthropic's
+#: vision and OpenAI's image input both list JPEG, PNG, GIF and WebP).
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+#: The largest image, in bytes (3.75 MiB). Anthropic caps one image at 5 MB of
+#: *base64* (5,242,880 characters), which is 3,932,160 bytes before encoding;
+#: OpenAI allows 20 MB an image. The tighter of the two holds, so an image that
+#: is accepted here is accepted by both.
+MAX_IMAGE_BYTES = 3_932_160
+
+#: Input tokens counted for one image where tether estimates (no usage reported,
+#: the scripted provider): Anthropic's ~1,600 for an image it does not scale
+#: down (about 1.15 megapixels), more than OpenAI's high-detail 1,024x1,024.
+IMAGE_TOKENS_ESTIMATE = 1_600
+
+# The first bytes of each supported format (GIF87a/GIF89a; RIFF....WEBP).
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def sniff_media_type(data: bytes) -> str | None:
+    """The media type ``data``'s first bytes show (JPEG, PNG, GIF, WebP), or ``None``."""
+    for magic, media_type in _MAGIC:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _image_bytes(value: bytes | bytearray | memoryview | None) -> bytes | None:
+    # Typed for mypy's sake; checked for callers that are not type-checked.
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"Image data must be bytes, got {type(value).__name__}")
+
+
+def _media_type(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"Image media_type must be a str, got {type(value).__name__}")
+    value = value.strip().lower()
+    # A common misspelling (the file extension), not a registered type: read it kindly.
+    return "image/jpeg" if value == "image/jpg" else value
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes ({n / 1024 / 1024:.2f} MiB)"
+
+
+@attrs.frozen(kw_only=True)
+class Image:
+    """An image content block: its bytes and media type, or a URL.
+
+    Make one with :meth:`from_path`, :meth:`from_bytes` or :meth:`from_url`; it
+    goes in a run's input (``rt.run(agent, ["What is this?", image])``), in a
+    tool's result, and in :class:`Message` content. It is checked when it is
+    made, so a bad image fails at your call, not inside a run: the bytes must be
+    a JPEG, PNG, GIF or WebP image (:data:`IMAGE_MEDIA_TYPES`) whose first bytes
+    agree with ``media_type``, at most :data:`MAX_IMAGE_BYTES` long; a URL must
+    be ``http(s)://`` (``from_url`` decodes ``data:`` URLs into bytes). A URL
+    image is fetched by the provider's servers, not by tether.
+
+    tether reads no further into the image than its first bytes: the pixel
+    size (Anthropic refuses more than 8,000 px a side) and animation (OpenAI
+    takes still GIFs only) are the vendor's to check.
+    """
+
+    media_type: str | None = attrs.field(default=None, converter=_media_type)
+    data: bytes | None = attrs.field(
+        default=None,
+        converter=_image_bytes,
+        repr=lambda d: "None" if d is None else f"<{len(d):,} bytes>",
+    )
+    url: str | None = None
+    type: Literal["image"] = "image"
+
+    def __attrs_post_init__(self) -> None:
+        if (self.data is None) == (self.url is None):
+            raise ValueError(
+                "an Image has either data (with a media_type) or a url: "
+                "use Image.from_bytes(), Image.from_path() or Image.from_url()"
+            )
+        media_type = self.media_type
+        if media_type is not None and media_type not in IMAGE_MEDIA_TYPES:
+            raise ValueError(
+                f"unsupported image media type {media_type!r}; "
+                f"supported: {', '.join(IMAGE_MEDIA_TYPES)}"
+            )
+        if self.url is not None:
+            if not isinstance(self.url, str) or not self.url.lower().startswith(
+                ("http://", "https://")
+            ):
+                raise ValueError(
+                    f"an Image url must start with http:// or https://, got {self.url!r:.80} "
+                    "(Image.from_url() also takes a data: URL)"
+                )
+            return
+        data = self.data
+        assert data is not None
+        if not data:
+            raise ValueError("an Image's data is empty")
+        if len(data) > MAX_IMAGE_BYTES:
+            raise ValueError(
+                f"the image is {_size(len(data))}; the limit is {_size(MAX_IMAGE_BYTES)} "
+                "(Anthropic's 5 MB cap on the base64 form): scale it down or pass a URL"
+            )
+        found = sniff_media_type(data)
+        if found is None:
+            raise ValueError(
+                f"the data is not a JPEG, PNG, GIF or WebP image (it starts {data[:8]!r}); "
+                f"supported: {', '.join(IMAGE_MEDIA_TYPES)}"
+            )
+        if media_type is None:
+            raise ValueError(f"an Image with data needs a media_type (this one looks like {found})")
+        if found != media_type:
+            raise ValueError(f"the data is a {found} image, but media_type says {media_type}")
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, media_type: str | None = None
+    ) -> Image:
+        """An image from its bytes; ``media_type`` (``"image/png"``...) is read from
+        the bytes when not given."""
+        data = _image_bytes(data) or b""
+        if media_type is None:
+            media_type = sniff_media_type(data)
+            if media_type is None and data:
+                raise ValueError(
+                    f"the data is not a JPEG, PNG, GIF or WebP image (it starts {data[:8]!r}); "
+                    f"supported: {', '.join(IMAGE_MEDIA_TYPES)}"
+                )
+        return cls(data=data, media_type=media_type)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Image:
+        """An image read from a file now (its type from its first bytes)."""
+        size = os.stat(path).st_size
+        if size > MAX_IMAGE_BYTES:
+            raise ValueError(
+                f"{os.fspath(path)!r} is {_size(size)}; the limit is {_size(MAX_IMAGE_BYTES)} "
+                "(Anthropic's 5 MB cap on the base64 form): scale it down or pass a URL"
+            )
+        with open(path, "rb") as f:
+            data = f.read(MAX_IMAGE_BYTES + 1)
+        return cls.from_bytes(data)
+
+    @classmethod
+    def from_url(cls, url: str) -> Image:
+        """An image at an ``http(s)://`` URL, or the bytes of a ``data:`` URL."""
+        if not isinstance(url, str):
+            raise TypeError(f"Image.from_url() wants a str, got {type(url).__name__}")
+        if url[:5].lower() != "data:":
+            return cls(url=url)
+        head, sep, payload = url[5:].partition(",")
+        kind, _, encoding = head.partition(";")
+        if not sep or encoding.lower() != "base64":
+            raise ValueError("a data: URL image must be 'data:<media type>;base64,<data>'")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"the data: URL's base64 is malformed ({exc})") from None
+        return cls.from_bytes(data, kind or None)
+
+    def base64(self) -> str:
+        """The bytes as base64 text (``""`` for a URL image)."""
+        return "" if self.data is None else base64.b64encode(self.data).decode("ascii")
+
+    def data_url(self) -> str:
+        """A ``data:`` URL of the bytes, or the image's URL."""
+        if self.url is not None:
+            return self.url
+        return f"data:{self.media_type};base64,{self.base64()}"
+
+    def describe(self) -> str:
+        """A short text stand-in, where only text fits (events, the input's text form)."""
+        if self.url is not None:
+            return f"[image: {self.url:.200}]"
+        assert self.data is not None
+        return f"[image: {self.media_type}, {len(self.data):,} bytes]"
+
+
 @attrs.frozen(kw_only=True)
 class ToolResultBlock:
+    """A tool's result for the ``tool_use`` with id ``tool_use_id``.
+
+    ``content`` is its text; a tool that returned images has them in
+    ``images``, after the text (providers send them in that order).
+    """
+
     tool_use_id: str
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()
     type: Literal["tool_result"] = "tool_result"
 
 
-ContentBlock = TextBlock | ToolUseBlock | ToolResultBlock
+ContentBlock = TextBlock | Image | ToolUseBlock | ToolResultBlock
 
 
 @attrs.frozen(kw_only=True)
 class Message:
+    """One turn of a transcript: a ``role`` and its content blocks.
+
+    Blocks are provider-neutral: :class:`TextBlock`, :class:`Image`,
+    :class:`ToolUseBlock` (the assistant's) and :class:`ToolResultBlock` (the
+    user's, one per tool use). ``tether.dump_messages`` and
+    ``tether.load_messages`` turn a transcript into JSON and back.
+    """
+
     role: Literal["user", "assistant"]
     content: tuple[ContentBlock, ...]
 

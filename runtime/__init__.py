@@ -11,6 +11,8 @@ from ._context import ContextStrategy as ContextStrategy
 from ._context import KeepAll as KeepAll
 from ._context import TruncateOldest as TruncateOldest
 from ._estimate import estimate_tokens as estimate_tokens
+from ._input import InputPart as InputPart
+from ._input import RunInput as RunInput
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
 from ._lessons import Lesson as Lesson
 from ._lessons import LessonStore as LessonStore
@@ -42,6 +44,7 @@ __all__ = [
     "Criterion",
     "EventSink",
     "InMemoryLessonStore",
+    "InputPart",
     "JsonlSink",
     "Judge",
     "Judgement",
@@ -55,6 +58,7 @@ __all__ = [
     "PolicyPoint",
     "RuleJudge",
     "RunHandle",
+    "RunInput",
     "RunResult",
     "RunView",
     "Runtime",

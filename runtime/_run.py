@@ -83,6 +83,7 @@ class Run:
         "_cancel_reason",
         "_decision",
         "_done",
+        "_first",
         "_forced",
         "_judge",
         "_judging",
@@ -113,10 +114,11 @@ class Run:
         input: str,
         run_id: str,
         parent_run_id: str | None = None,
+        first: Message | None = None,
     ) -> None:
         self.id = run_id
         self.agent = agent
-        self.input = input
+        self.input, self._first = input, first  # text form; the parts' message (_input.py)
         self._services = services
         state = self.state = RunState(
             run_id=run_id,
@@ -395,7 +397,7 @@ class Run:
                 await self._judgement().recall(state)
         with trail.stage("tools"):
             self._prepare_tools()
-        state.messages.append(Message.user(self.input))
+        state.messages.append(self._first or Message.user(self.input))
         ceiling = self.accounts.before_call()
         if ceiling is not None:
             return Decision.end(ceiling)

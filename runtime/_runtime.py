@@ -15,6 +15,7 @@ from tether.providers import TetherError
 
 from ._agent import Agent
 from ._budget import Budget, Hit
+from ._input import RunInput, parts_input
 from ._limits import Limits
 from ._result import RunResult
 from ._run import Run
@@ -225,18 +226,21 @@ class Runtime:
     def start(
         self,
         agent: Agent,
-        input: str,
+        input: RunInput,
         *,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunHandle:
-        """Start a run and return its handle at once."""
+        """Start a run and return its handle at once.
+
+        ``input`` is a ``str``, or a sequence of ``str`` and ``tether.Image``
+        parts, which the first user message carries (see :mod:`._input`).
+        """
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
         if not isinstance(agent, Agent):
             raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
-        if not isinstance(input, str):
-            raise TypeError(f"a run's input must be a str, got {type(input).__name__}")
+        text, first = (input, None) if isinstance(input, str) else parts_input(input)
         if self._budget is not None and (hit := self._budget.exhausted()) is not None:
             raise BudgetExhausted(
                 f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
@@ -245,12 +249,12 @@ class Runtime:
         run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
-        run = Run(self._services, agent, input, run_id, parent_run_id)
+        run = Run(self._services, agent, text, run_id, parent_run_id, first)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
 
-    async def run(self, agent: Agent, input: str, *, run_id: str | None = None) -> RunResult:
+    async def run(self, agent: Agent, input: RunInput, *, run_id: str | None = None) -> RunResult:
         """Run ``agent`` on ``input`` and return its result.
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).

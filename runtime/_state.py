@@ -22,7 +22,7 @@ import cattrs
 import cattrs.preconf.json
 
 from tether.actors import Judgement
-from tether.providers import Message, ToolUseBlock
+from tether.providers import Message, ToolUseBlock, dump_message, load_message
 
 from ._limits import Termination, Usage, UsageMeter
 
@@ -41,6 +41,7 @@ class RunState:
 
     run_id: str
     agent: str
+    #: The input's text form (a parts input's message is the first of ``messages``).
     input: str
     #: The system prompt as sent: the agent's instructions plus recalled lessons.
     system: str
@@ -114,6 +115,9 @@ class RunView:
 
 
 _converter = cattrs.preconf.json.make_converter()
+# Messages in the transcript's own JSON form (``tether.dump_messages``): images' bytes as base64.
+_converter.register_unstructure_hook(Message, dump_message)
+_converter.register_structure_hook(Message, lambda data, _: load_message(data))
 
 
 def dump_state(state: RunState) -> dict[str, Any]:

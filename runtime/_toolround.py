@@ -32,10 +32,11 @@ from tether.actors import (
     ToolReply,
     ToolSpec,
 )
-from tether.providers import Message, ToolResultBlock, ToolUseBlock
+from tether.providers import Image, Message, ToolResultBlock, ToolUseBlock
 
 from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
+from ._input import result_text
 from ._limits import Limits, Termination
 from ._policy import Policies, PolicyPoint, blocked
 from ._state import Decision, PendingApproval, RunState
@@ -201,7 +202,7 @@ class ToolRound:
                 return Decision.end(Termination.FATAL_TOOL_ERROR, f"{d.name}: {d.content}")
         for d in done:
             if d.outcome == "ok" and self._tools[d.name].terminal:
-                state.output = d.content
+                state.output = result_text(d.content, d.images) if d.images else d.content
                 return Decision.end(Termination.TERMINAL_TOOL)
         if budget_hit:
             trail.add(
@@ -302,7 +303,7 @@ class ToolRound:
                             )
                         )
                     accounts.charge_child(output)
-                self._settle(call, item.outcome, item.content, item.attempts)
+                self._settle(call, item.outcome, item.content, item.attempts, item.images)
                 done.append(item)
         except ActorCrashed as down:
             gone = down
@@ -329,7 +330,12 @@ class ToolRound:
     # ----------------------------------------------------------------- pairing
 
     def _settle(
-        self, call: ToolUseBlock, outcome: ev.ToolOutcome, content: str, attempts: int
+        self,
+        call: ToolUseBlock,
+        outcome: ev.ToolOutcome,
+        content: str,
+        attempts: int,
+        images: tuple[Image, ...] = (),
     ) -> None:
         is_error = outcome != "ok"
         trail = self._trail
@@ -341,11 +347,12 @@ class ToolRound:
                 outcome=outcome,
                 is_error=is_error,
                 attempts=attempts,
-                content=content,
+                # The trail keeps text: an image is named by its stand-in, not carried.
+                content=result_text(content, images) if images else content,
             )
         )
         self._results[call.id] = ToolResultBlock(
-            tool_use_id=call.id, content=content, is_error=is_error
+            tool_use_id=call.id, content=content, is_error=is_error, images=images
         )
 
     def abort(self, why: str) -> None:

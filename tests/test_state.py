@@ -14,6 +14,7 @@ import tether
 from tether import events as ev
 from tether.actors import Judgement
 from tether.providers import (
+    Image,
     Message,
     Reply,
     ScriptedProvider,
@@ -38,10 +39,36 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 )
 ids = st.text(min_size=1, max_size=8)
 tool_uses = st.builds(ToolUseBlock, id=ids, name=ids, input=json_values)
+#: Images of every kind: bytes of each supported format, URLs with or without a media type.
+MAGIC = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff",
+    "image/gif": b"GIF89a",
+    "image/webp": b"RIFF\x00\x00\x00\x00WEBP",
+}
+images = st.one_of(
+    st.builds(
+        lambda kind, tail: Image.from_bytes(MAGIC[kind] + tail, kind),
+        st.sampled_from(sorted(MAGIC)),
+        st.binary(max_size=64),
+    ),
+    st.builds(
+        Image,
+        url=st.text(max_size=20).map(lambda t: f"https://example.com/{t}"),
+        media_type=st.none() | st.sampled_from(sorted(MAGIC)),
+    ),
+)
 blocks = st.one_of(
     st.builds(TextBlock, text=st.text()),
     tool_uses,
-    st.builds(ToolResultBlock, tool_use_id=ids, content=st.text(), is_error=st.booleans()),
+    images,
+    st.builds(
+        ToolResultBlock,
+        tool_use_id=ids,
+        content=st.text(),
+        is_error=st.booleans(),
+        images=st.lists(images, max_size=2).map(tuple),
+    ),
 )
 messages = st.builds(
     Message,

@@ -7,7 +7,11 @@ from tether.actors import ToolError as ToolError
 from tether.actors import ToolSpec as ToolSpec
 from tether.actors import TransientToolError as TransientToolError
 from tether.actors import tool as tool
+from tether.providers import Image as Image
+from tether.providers import Message as Message
 from tether.providers import TetherError as TetherError
+from tether.providers import dump_messages as dump_messages
+from tether.providers import load_messages as load_messages
 from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
 from tether.runtime import Criterion as Criterion
@@ -37,6 +41,7 @@ __all__ = [
     "Candidate",
     "Criterion",
     "FatalToolError",
+    "Image",
     "InMemoryLessonStore",
     "JsonlSink",
     "Judge",
@@ -46,6 +51,7 @@ __all__ = [
     "Lesson",
     "LessonStore",
     "Limits",
+    "Message",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
@@ -61,7 +67,9 @@ __all__ = [
     "TruncateOldest",
     "Usage",
     "Verdict",
+    "dump_messages",
     "events",
+    "load_messages",
     "run_sync",
     "tool",
 ]

@@ -6,12 +6,12 @@ from typing import Any, Literal
 
 import anyio
 
-from tether.runtime import Agent, RunResult, Runtime
+from tether.runtime import Agent, RunInput, RunResult, Runtime
 
 
 def run_sync(
     agent: Agent,
-    input: str,
+    input: RunInput,
     *,
     backend: Literal["asyncio", "trio"] = "asyncio",
     **runtime_kwargs: Any,

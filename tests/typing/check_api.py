@@ -74,6 +74,11 @@ async def use(agent: tether.Agent) -> None:
                 handle.approve(again.call_id)
         handle.cancel("done")
         handle.stop()
-        del ok, cost, line
+        photo = tether.Image.from_bytes(b"\x89PNG\r\n\x1a\n", "image/png")
+        looked = await rt.run(agent, ["What is this?", photo, tether.Image.from_url("https://x/y")])
+        transcript: list[tether.Message] = tether.load_messages(
+            tether.dump_messages(looked.messages)
+        )
+        del ok, cost, line, transcript
     result = tether.run_sync(agent, "q")
     assert isinstance(result.output, str | None)
