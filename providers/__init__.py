@@ -37,6 +37,8 @@ from ._scripted import Reply as Reply
 from ._scripted import ScriptedProvider as ScriptedProvider
 from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import ToolCall as ToolCall
+from ._settings import ModelSettings as ModelSettings
+from ._settings import check_settings as check_settings
 from ._types import Backoff as Backoff
 from ._types import ContentBlock as ContentBlock
 from ._types import HttpPoolLike as HttpPoolLike
@@ -72,6 +74,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Message",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "NotFound",
     "OpenAIProvider",
     "Overloaded",
@@ -101,6 +104,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolUseBlock",
     "TransientProviderError",
     "UsageDelta",
+    "check_settings",
     "price_for",
 ]
 

@@ -24,8 +24,8 @@ from tether.actors import (
     ActorRef,
     ChildRunner,
     ReplyChannel,
+    RunContext,
     RunTools,
-    ToolContext,
     ToolDone,
     ToolError,
     ToolInvocation,
@@ -37,6 +37,7 @@ from tether.providers import Message, ToolResultBlock, ToolUseBlock
 from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._limits import Limits, Termination
+from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, blocked
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
@@ -96,6 +97,7 @@ class ToolRound:
         "_catalogue",
         "_in_flight",
         "_limits",
+        "_per_run",
         "_policies",
         "_results",
         "_run_child",
@@ -119,6 +121,7 @@ class ToolRound:
         approvals: Approvals,
         actor: Callable[[], ActorRef[RunTools]],
         run_child: ChildRunner | None,
+        per_run: PerRun | None = None,
     ) -> None:
         self._calls = calls
         self._state = state
@@ -131,6 +134,7 @@ class ToolRound:
         self._approvals = approvals
         self._actor = actor
         self._run_child = run_child
+        self._per_run = per_run
         self._results: dict[str, ToolResultBlock] = {}
         # Sent to the tool actor and not answered yet.
         self._in_flight: dict[str, ToolUseBlock] = {}
@@ -269,13 +273,16 @@ class ToolRound:
         pending = self._in_flight = {i.call.id: i.call for i in invocations}
         trail, accounts = self._trail, self._accounts
         done: list[ToolDone] = []
-        tokens, cost = accounts.remaining()
-        context = ToolContext(
-            run_id=trail.run_id,
-            run_child=self._run_child,
-            remaining_tokens=tokens,
-            remaining_cost_usd=cost,
-        )
+        if self._per_run is not None:
+            context = self._per_run.context(run_child=self._run_child)
+        else:
+            tokens, cost = accounts.remaining()
+            context = RunContext(
+                run_id=trail.run_id,
+                run_child=self._run_child,
+                remaining_tokens=tokens,
+                remaining_cost_usd=cost,
+            )
         gone: ActorCrashed | None = None
         try:
             await self._actor().send(

@@ -3,10 +3,12 @@
 from tether import events as events
 from tether._sync import run_sync as run_sync
 from tether.actors import FatalToolError as FatalToolError
+from tether.actors import RunContext as RunContext
 from tether.actors import ToolError as ToolError
 from tether.actors import ToolSpec as ToolSpec
 from tether.actors import TransientToolError as TransientToolError
 from tether.actors import tool as tool
+from tether.providers import ModelSettings as ModelSettings
 from tether.providers import TetherError as TetherError
 from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
@@ -46,9 +48,11 @@ __all__ = [
     "Lesson",
     "LessonStore",
     "Limits",
+    "ModelSettings",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
+    "RunContext",
     "RunHandle",
     "RunResult",
     "Runtime",
