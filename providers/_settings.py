@@ -119,8 +119,11 @@ def _to_metadata(value: object) -> Mapping[str, str] | None:
 
 
 def _to_headers(value: object) -> Mapping[str, str] | None:
+    """The headers, names lower-cased (HTTP names are case-insensitive, so merges are exact)."""
     headers = _str_map("extra_headers", value)
-    for key, item in (headers or {}).items():
+    if headers is None:
+        return None
+    for key, item in headers.items():
         if not _HEADER_NAME_RE.match(key):
             raise ValueError(f"ModelSettings.extra_headers: {key!r} is not a valid header name")
         if not item.isascii() or not item.isprintable():
@@ -128,7 +131,15 @@ def _to_headers(value: object) -> Mapping[str, str] | None:
                 f"ModelSettings.extra_headers[{key!r}]: the value must be printable ASCII "
                 "(no line breaks)"
             )
-    return headers
+    lowered = {key.lower(): item for key, item in headers.items()}
+    if len(lowered) < len(headers):
+        raise ValueError("ModelSettings.extra_headers names one header twice (in other cases)")
+    return lowered
+
+
+def _header_names(headers: Mapping[str, str] | None) -> str:
+    """Header names only: a value may be a credential (a proxy's token)."""
+    return "None" if headers is None else f"<headers {sorted(headers)}>"
 
 
 def _to_body(value: object) -> Mapping[str, Any] | None:
@@ -159,8 +170,9 @@ class ModelSettings:
       called); it applies to every request of the run;
     - ``parallel_tool_calls``: ``False`` asks for at most one call per response;
     - ``seed`` (OpenAI only), ``metadata`` (Anthropic only: ``user_id``);
-    - ``extra_headers``: sent with each request; they may not replace a header
-      tether sets itself (the API key's above all);
+    - ``extra_headers``: sent with each request (names lower-cased; the repr
+      shows names only); they may not replace a header tether sets itself (the
+      API key's above all);
     - ``extra_body``: merged into the JSON body last; it may add fields but not
       replace one tether sends (use the field above instead), so the clamp and
       the wire format stay tether's.
@@ -176,7 +188,9 @@ class ModelSettings:
     )
     seed: int | None = attrs.field(default=None, validator=_check_seed)
     metadata: Mapping[str, str] | None = attrs.field(default=None, converter=_to_metadata)
-    extra_headers: Mapping[str, str] | None = attrs.field(default=None, converter=_to_headers)
+    extra_headers: Mapping[str, str] | None = attrs.field(
+        default=None, converter=_to_headers, repr=_header_names
+    )
     extra_body: Mapping[str, Any] | None = attrs.field(default=None, converter=_to_body)
 
     def merge(self, over: ModelSettings | None) -> ModelSettings:

@@ -69,6 +69,17 @@ def test_bad_values_fail_at_construction(
         ModelSettings(**fields)
 
 
+def test_header_names_are_lowered_and_values_kept_out_of_the_repr() -> None:
+    """extra_headers merge case-insensitively; their values (maybe tokens) are not in the repr."""
+    agent = ModelSettings(extra_headers={"X-Proxy-Token": "secret-1"})
+    merged = agent.merge(ModelSettings(extra_headers={"x-proxy-token": "secret-2"}))
+    assert merged.extra_headers == {"x-proxy-token": "secret-2"}
+    assert "secret" not in repr(merged)
+    assert "x-proxy-token" in repr(merged)
+    with pytest.raises(ValueError, match="names one header twice"):
+        ModelSettings(extra_headers={"X-A": "1", "x-a": "2"})
+
+
 def test_unset_is_empty_and_set_fields_are_listed() -> None:
     """Every field defaults to unset; given() lists what is set."""
     assert ModelSettings().is_empty
@@ -164,7 +175,7 @@ OPENAI = OpenAIProvider("gpt-x", api_key="k")
             "may not replace 'max_tokens'",
         ),
         (OPENAI, [], ModelSettings(extra_body={"stream": False}), "may not replace 'stream'"),
-        (ANTHROPIC, [], ModelSettings(extra_headers={"X-Api-Key": "other"}), "'X-Api-Key'"),
+        (ANTHROPIC, [], ModelSettings(extra_headers={"X-Api-Key": "other"}), "'x-api-key'"),
         (OPENAI, [], ModelSettings(extra_headers={"AUTHORIZATION": "Bearer x"}), "api_key="),
         (Unsure(), [], ModelSettings(temperature=0.1), "does not say which ModelSettings"),
         (OPENAI, [add], ModelSettings(tool_choice="mul"), "names no tool of agent 'a'.*add"),
