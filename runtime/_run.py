@@ -326,10 +326,9 @@ class Run:
     # -------------------------------------------------------------- children
 
     def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
-        # The model actor starts with the run, the tool and judge actors on first use
-        # (a parked run costs one child task, not three). start_soon, not start: no
-        # await between making a mailbox and handing it over, so a cancellation cannot
-        # strand a stream; the mailbox buffers, so the Run may send at once.
+        # The model actor starts with the run, the tool and judge actors on first use (a
+        # parked run costs one child task, not three). start_soon, with no await before it:
+        # a cancellation cannot strand a mailbox, which buffers, so the Run may send at once.
         self._tg = tg
         agent, services = self.agent, self._services
         gate, http = services.gate_for(agent.provider), services.http
@@ -554,7 +553,7 @@ class Run:
         )
         services, extras = self._services, prepare(agent, None, self.per_run.deps)
         child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
-        child = Run(services, child_agent, task, services.new_run_id(), self.id, extras)
+        child = Run(services, child_agent, task, services.new_run_id(), self.id, extras=extras)
         await child.main(admit=False)
         assert child.result is not None
         return _child_output(agent.name, child.result)
