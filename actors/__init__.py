@@ -15,6 +15,12 @@ from ._base import RestartPolicy as RestartPolicy
 from ._base import spawn_mailbox as spawn_mailbox
 from ._base import supervise as supervise
 from ._channel import ReplyChannel as ReplyChannel
+from ._context import ChildRunner as ChildRunner
+from ._context import DepsT as DepsT
+from ._context import RunContext as RunContext
+from ._context import ToolContext as ToolContext
+from ._context import ToolOutput as ToolOutput
+from ._context import current_tool_context as current_tool_context
 from ._errors import ActorCrashed as ActorCrashed
 from ._errors import ActorError as ActorError
 from ._errors import FatalToolError as FatalToolError
@@ -38,16 +44,12 @@ from ._model import ModelFailed as ModelFailed
 from ._model import ModelReply as ModelReply
 from ._model import RetryScheduled as RetryScheduled
 from ._threads import ToolThreads as ToolThreads
-from ._tools import ChildRunner as ChildRunner
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor
-from ._tools import ToolContext as ToolContext
 from ._tools import ToolDone as ToolDone
 from ._tools import ToolInvocation as ToolInvocation
-from ._tools import ToolOutput as ToolOutput
 from ._tools import ToolReply as ToolReply
 from ._tools import ToolSettings as ToolSettings
-from ._tools import current_tool_context as current_tool_context
 from ._tools import default_classifier as default_classifier
 from ._toolspec import ToolSpec as ToolSpec
 from ._toolspec import tool as tool
@@ -62,6 +64,7 @@ __all__ = [
     "Judgement",
     "RestartPolicy",
     "RuleJudge",
+    "RunContext",
     "ToolArgumentsInvalid",
     "ToolContext",
     "ToolError",

@@ -9,14 +9,21 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._context import RunContext
+
 
 @attrs.frozen(kw_only=True)
 class Candidate:
-    """A finished answer offered for judgement."""
+    """A finished answer offered for judgement.
+
+    ``ctx`` is the run's :class:`~tether.RunContext` (``ctx.deps``: the run's
+    deps), set by the run when it asks its judge; ``None`` elsewhere.
+    """
 
     text: str
     question: str
     round: int
+    ctx: RunContext[Any] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def _check_scores(_: Any, __: Any, scores: Mapping[str, float]) -> None:

@@ -27,10 +27,9 @@ discarded), though Python cannot stop the thread itself.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -39,6 +38,7 @@ from tether.providers import Backoff, Image, ToolUseBlock
 
 from ._base import ActorFailed
 from ._channel import ReplyChannel
+from ._context import _CONTEXT, RunContext, ToolOutput
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._threads import ToolThreads
 from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
@@ -68,68 +68,11 @@ class ToolInvocation:
     spec: ToolSpec
 
 
-class ChildRunner(Protocol):
-    """The one capability a tool has on the Runtime: run an agent as a child run.
-
-    The Runtime hands it to every tool call (:attr:`ToolContext.run_child`); the
-    child runs inside the calling tool, on the parent's remaining budget, and
-    what it spent is charged to the parent through the returned
-    :class:`ToolOutput`. ``agent`` is a ``tether.Agent`` (anything else is a
-    ``TypeError``): the actors layer does not know the runtime's types.
-    """
-
-    async def __call__(self, agent: object, task: str, /) -> ToolOutput: ...
-
-
-@attrs.frozen(kw_only=True)
-class ToolContext:
-    """What a running tool may know about the run that called it.
-
-    Read it with :func:`current_tool_context` from inside a tool; sub-agent
-    tools use :attr:`run_child` to run a child run on the parent's budget.
-    """
-
-    run_id: str
-    call_id: str = ""
-    #: Runs an agent as a child of this run (``None`` outside a Runtime).
-    run_child: ChildRunner | None = attrs.field(default=None, eq=False)
-    remaining_tokens: int | None = None
-    remaining_cost_usd: float | None = None
-
-
-_CONTEXT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
-    "tether_tool_context", default=None
-)
-
-
-def current_tool_context() -> ToolContext | None:
-    """The context of the tool call running in this task, or ``None`` outside one."""
-    return _CONTEXT.get()
-
-
-@attrs.frozen(kw_only=True)
-class ToolOutput:
-    """A tool result that carries more than its text.
-
-    A tool may return one to mark its result as an error the model should see
-    (``is_error``), or to charge the calling run for usage it caused
-    (a sub-agent's tokens and cost), with the child run's id for the trail.
-    """
-
-    content: str
-    is_error: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = None
-    child_run_id: str | None = None
-    child_termination: str | None = None
-
-
 @attrs.frozen(kw_only=True)
 class RunTools:
     invocations: tuple[ToolInvocation, ...]
     reply: ReplyChannel[ToolReply]
-    context: ToolContext | None = None
+    context: RunContext[Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -224,27 +167,35 @@ class ToolActor:
                     if invocation.call.id not in answered:
                         request.reply.send_nowait(_cancelled(invocation))
 
-    async def _run_one(self, invocation: ToolInvocation, context: ToolContext | None) -> ToolDone:
+    async def _run_one(
+        self, invocation: ToolInvocation, context: RunContext[Any] | None
+    ) -> ToolDone:
         if context is not None:
-            context = ToolContext(  # not attrs.evolve: it is several times slower
+            context = RunContext(  # not attrs.evolve: it is several times slower
                 run_id=context.run_id,
                 call_id=invocation.call.id,
+                deps=context.deps,
                 run_child=context.run_child,
                 remaining_tokens=context.remaining_tokens,
                 remaining_cost_usd=context.remaining_cost_usd,
             )
         token = _CONTEXT.set(context)
         try:
-            return await self._execute(invocation)
+            return await self._execute(invocation, context)
         finally:
             _CONTEXT.reset(token)
 
-    async def _execute(self, invocation: ToolInvocation) -> ToolDone:
+    async def _execute(
+        self, invocation: ToolInvocation, context: RunContext[Any] | None
+    ) -> ToolDone:
         call, spec = invocation.call, invocation.spec
         try:
             kwargs = spec.validate(call.input)
         except ToolArgumentsInvalid as exc:
             return _done(call, "model_error", str(exc), 0)
+        if spec.context_parameter is not None:
+            # A tool that asked for its RunContext (its first parameter) gets it by name.
+            kwargs[spec.context_parameter] = context or RunContext(run_id="", call_id=call.id)
 
         timeout = spec.timeout_s or self._settings.default_timeout_s
         attempt = 0

@@ -22,12 +22,14 @@ import functools
 import inspect
 import json
 import re
+import sys
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, overload
 
 import attrs
 
+from tether.actors._context import RunContext
 from tether.actors._schema import _add_default, _display, _json_converter, _schema, json_schema
 from tether.actors._validate import _Param, _Params, _params_from_schema, _short
 from tether.providers import Image, ToolDef
@@ -39,6 +41,16 @@ __all__ = [
     "serialize_result",
     "tool",
 ]
+
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:  # TypeVar defaults (PEP 696); typing_extensions comes with anyio below 3.13
+    from typing_extensions import TypeVar
+
+#: A tool consumes contexts: a ``ToolSpec[object]`` serves a run of any deps.
+DepsT_contra = TypeVar("DepsT_contra", contravariant=True, default=Any)
+_D = TypeVar("_D")
+_P = ParamSpec("_P")
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -72,7 +84,20 @@ def _analyze(
     params: list[_Param] = []
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for param in signature.parameters.values():
+    context: str | None = None
+    for index, param in enumerate(signature.parameters.values()):
+        if _is_run_context(hints.get(param.name)):
+            if index != 0:
+                raise TypeError(
+                    f"tool {name!r}: parameter {param.name!r} is a RunContext; "
+                    "the context must be the first parameter"
+                )
+            if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                raise TypeError(
+                    f"tool {name!r}: the RunContext parameter must not be {param.kind.description}"
+                )
+            context = param.name  # passed by the tool actor, not by the model
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             star = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise TypeError(
@@ -106,7 +131,14 @@ def _analyze(
         "required": required,
         "additionalProperties": False,
     }
-    return _Params(tuple(params)), schema
+    return _Params(tuple(params), context), schema
+
+
+def _is_run_context(hint: Any) -> bool:
+    """``RunContext`` or ``RunContext[...]`` (also inside ``Annotated``)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint is RunContext or typing.get_origin(hint) is RunContext
 
 
 # ---------------------------------------------------------------------------
@@ -190,12 +222,16 @@ def _check_timeout(timeout_s: object) -> None:
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class ToolSpec:
+class ToolSpec(Generic[DepsT_contra]):
     """A tool the model can call: what it is told, and how to call it.
 
     Made by :func:`tool`. Built by hand it works too: arguments are then
     checked against ``fn``'s type hints, or only against the names in
     ``input_schema`` when ``fn`` has none.
+
+    Generic in the deps type its ``RunContext`` parameter expects
+    (``ToolSpec[Any]`` for a tool that takes none), so that mypy catches a tool
+    given to an agent whose runs carry other deps.
     """
 
     name: str = attrs.field(validator=lambda _s, _a, value: _check_name(value))
@@ -221,6 +257,11 @@ class ToolSpec:
         except TypeError:
             return _params_from_schema(self.input_schema)
         return params
+
+    @property
+    def context_parameter(self) -> str | None:
+        """The parameter that receives the call's :class:`RunContext`, if the tool has one."""
+        return self._params.context
 
     def definition(self) -> ToolDef:
         """What the model is told about this tool (a copy the provider may change)."""
@@ -251,7 +292,7 @@ def _make_spec(
     terminal: bool,
     timeout_s: float | None,
     sequential: bool,
-) -> ToolSpec:
+) -> ToolSpec[Any]:
     if isinstance(fn, ToolSpec):
         raise TypeError(f"{fn.name!r} is already a tool; use attrs.evolve() to change its settings")
     if isinstance(fn, type) or not callable(fn):
@@ -279,6 +320,28 @@ def _make_spec(
     )
 
 
+class _ToolDecorator(Protocol):
+    """What ``@tool(...)`` with options returns: a decorator, typed like :func:`tool`."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[RunContext[_D], _P], Any], /) -> ToolSpec[_D]: ...
+
+    @overload
+    def __call__(self, fn: Callable[..., Any], /) -> ToolSpec[Any]: ...
+
+
+@overload
+def tool(
+    fn: Callable[Concatenate[RunContext[_D], _P], Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    terminal: bool = False,
+    timeout_s: float | None = None,
+    sequential: bool = False,
+) -> ToolSpec[_D]: ...
+
+
 @overload
 def tool(
     fn: Callable[..., Any],
@@ -288,7 +351,7 @@ def tool(
     terminal: bool = False,
     timeout_s: float | None = None,
     sequential: bool = False,
-) -> ToolSpec: ...
+) -> ToolSpec[Any]: ...
 
 
 @overload
@@ -300,7 +363,7 @@ def tool(
     terminal: bool = False,
     timeout_s: float | None = None,
     sequential: bool = False,
-) -> Callable[[Callable[..., Any]], ToolSpec]: ...
+) -> _ToolDecorator: ...
 
 
 def tool(
@@ -311,19 +374,21 @@ def tool(
     terminal: bool = False,
     timeout_s: float | None = None,
     sequential: bool = False,
-) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
+) -> ToolSpec[Any] | _ToolDecorator:
     """Make a tool of a function: ``@tool`` or ``@tool(terminal=True, timeout_s=5)``.
 
     ``name`` defaults to the function's ``__name__``, ``description`` to its
     docstring (up to the first ``Args:``-style section). ``terminal`` ends the
     run with the tool's result; ``timeout_s`` overrides the runtime's default
     per-call timeout; ``sequential`` keeps the tool out of a round's parallel
-    calls. Every parameter needs a type annotation :func:`json_schema` can
+    calls. A first parameter annotated ``RunContext[Deps]`` receives the call's
+    context (the run's ``deps``, ``run_id``, ``call_id``, remaining budget) and is
+    not part of the schema. Every parameter needs a type annotation :func:`json_schema` can
     describe; problems raise :class:`TypeError` or :class:`ValueError` here,
     not when the model first calls the tool.
     """
 
-    def decorate(f: Callable[..., Any]) -> ToolSpec:
+    def decorate(f: Callable[..., Any]) -> ToolSpec[Any]:
         return _make_spec(
             f,
             name=name,

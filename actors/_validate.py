@@ -296,6 +296,8 @@ class _Params:
     """What :meth:`ToolSpec.validate` checks arguments against."""
 
     params: tuple[_Param, ...]
+    #: The parameter that receives the call's ``RunContext`` (not an argument of the model's).
+    context: str | None = None
     # Derived once from ``params`` (validation runs once per tool call):
     # ``(name, required, fast type, annotation)`` per parameter.
     _plan: tuple[tuple[str, bool, Any, Any], ...] = attrs.field(init=False, repr=False, eq=False)

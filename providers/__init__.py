@@ -39,6 +39,8 @@ from ._scripted import Reply as Reply
 from ._scripted import ScriptedProvider as ScriptedProvider
 from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import ToolCall as ToolCall
+from ._settings import ModelSettings as ModelSettings
+from ._settings import check_settings as check_settings
 from ._transcript import dump_message as dump_message
 from ._transcript import dump_messages as dump_messages
 from ._transcript import load_message as load_message
@@ -86,6 +88,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Message",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "NotFound",
     "OpenAIProvider",
     "Overloaded",
@@ -115,6 +118,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolUseBlock",
     "TransientProviderError",
     "UsageDelta",
+    "check_settings",
     "dump_messages",
     "load_messages",
     "price_for",

@@ -46,6 +46,13 @@ from ._errors import (
     StreamInterrupted,
 )
 from ._http import HttpCall, JsonBody, drain, post_json, post_sse
+from ._settings import (
+    ModelSettings,
+    add_extra_body,
+    extra_headers,
+    refuse,
+    refuse_overrides,
+)
 from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
@@ -68,6 +75,42 @@ from ._wire_errors import error_for_event
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+#: The ModelSettings fields the Messages API has a place for (no ``seed``).
+SUPPORTED_SETTINGS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop_sequences",
+        "tool_choice",
+        "parallel_tool_calls",
+        "metadata",
+        "extra_headers",
+        "extra_body",
+    }
+)
+#: Body fields tether writes itself; ``extra_body`` may not replace them.
+OWN_FIELDS = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "stream",
+        "temperature",
+        "top_p",
+        "stop_sequences",
+        "tool_choice",
+        "metadata",
+    }
+)
+#: Headers tether sets itself; ``extra_headers`` may not replace them.
+OWN_HEADERS = frozenset(
+    {"x-api-key", "authorization", "anthropic-version", "content-type", "accept"}
+)
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 
 
 @attrs.define(eq=False)
@@ -116,22 +159,40 @@ class AnthropicProvider(HttpProvider):
             )
         yield state.finished
 
+    def check_settings(self, settings: ModelSettings) -> None:
+        """``ValueError`` for a setting the Messages API cannot take (see the module)."""
+        refuse(self.name, settings, SUPPORTED_SETTINGS)
+        if settings.temperature is not None and settings.temperature > 1:
+            raise ValueError(
+                f"anthropic: ModelSettings.temperature must be in [0, 1], "
+                f"got {settings.temperature!r}"
+            )
+        extra = sorted(set(settings.metadata or ()) - {"user_id"})
+        if extra:
+            raise ValueError(
+                f"anthropic: ModelSettings.metadata takes only 'user_id', got {', '.join(extra)}"
+            )
+        refuse_overrides(self.name, settings, body_fields=OWN_FIELDS, headers=OWN_HEADERS)
+
     # -- request ------------------------------------------------------------
 
     def _http_call(self, request: ModelRequest) -> HttpCall:
         if self.api_key is None:
             raise AuthenticationFailed(f"anthropic: no API key: pass api_key= or set {API_KEY_ENV}")
         check_key(self.api_key, self.name)
+        headers = {
+            "x-api-key": self.api_key,
+            "anthropic-version": self.anthropic_version,
+            "content-type": "application/json",
+            "accept": "text/event-stream" if self.streaming else "application/json",
+        }
+        if request.settings is not None and request.settings.extra_headers:
+            headers = extra_headers(self.name, request.settings, headers, OWN_HEADERS)
         return HttpCall(
             provider=self.name,
             base_url=self.base_url,
             url=f"{self.base_url}/v1/messages",
-            headers={
-                "x-api-key": self.api_key,
-                "anthropic-version": self.anthropic_version,
-                "content-type": "application/json",
-                "accept": "text/event-stream" if self.streaming else "application/json",
-            },
+            headers=headers,
             payload=self.request_body(request),
             timeout_s=self.timeout_s,
             max_bytes=self.max_response_bytes,
@@ -140,9 +201,13 @@ class AnthropicProvider(HttpProvider):
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request`` (the Messages API's shape)."""
+        settings = request.settings
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            max_tokens = (settings and settings.max_tokens) or self.max_tokens
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": request.max_tokens if request.max_tokens is not None else self.max_tokens,
+            "max_tokens": max_tokens,
             "messages": [_message(m) for m in request.messages],
         }
         if request.system:
@@ -154,6 +219,8 @@ class AnthropicProvider(HttpProvider):
             ]
         if self.streaming:
             body["stream"] = True
+        if settings is not None:
+            _settings(body, settings, bool(request.tools))
         return body
 
     # -- response -----------------------------------------------------------
@@ -189,6 +256,36 @@ class AnthropicProvider(HttpProvider):
             raw_stop_reason=raw_stop,
             model=shape.opt_text(message.get("model"), "message.model") or self.model,
         )
+
+
+def _settings(body: dict[str, Any], settings: ModelSettings, has_tools: bool) -> None:
+    """Map ``settings`` onto the Messages API's fields (unset ones are not sent).
+
+    ``tool_choice`` and ``disable_parallel_tool_use`` go only with tools (the
+    API refuses them otherwise, and without tools there is nothing to choose).
+    """
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop_sequences is not None:
+        body["stop_sequences"] = list(settings.stop_sequences)
+    if has_tools:
+        choice: dict[str, Any] | None = None
+        if settings.tool_choice is not None:
+            kind = _TOOL_CHOICE.get(settings.tool_choice, "tool")
+            choice = {"type": kind}
+            if kind == "tool":
+                choice["name"] = settings.tool_choice
+        if settings.parallel_tool_calls is False and (choice is None or choice["type"] != "none"):
+            choice = choice or {"type": "auto"}
+            choice["disable_parallel_tool_use"] = True
+        if choice is not None:
+            body["tool_choice"] = choice
+    if settings.metadata is not None:
+        body["metadata"] = dict(settings.metadata)
+    if settings.extra_body:
+        add_extra_body(body, settings.extra_body, "anthropic")
 
 
 def _message(message: Message) -> dict[str, Any]:

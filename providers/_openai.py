@@ -60,6 +60,13 @@ from ._arguments import bound_arguments, parse_tool_arguments
 from ._base import HttpProvider, check_key, whole_response
 from ._errors import AuthenticationFailed, ProviderError, StreamInterrupted
 from ._http import HttpCall, JsonBody, drain, plain, post_json, post_sse
+from ._settings import (
+    ModelSettings,
+    add_extra_body,
+    extra_headers,
+    refuse,
+    refuse_overrides,
+)
 from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
@@ -88,6 +95,44 @@ ERROR_PREFIX = "Error: "
 IMAGES_FROM = "Images returned by tool call {}:"
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+
+#: The ModelSettings fields Chat Completions has a place for. Not ``metadata``:
+#: OpenAI takes it only for stored completions (``store``), through ``extra_body``.
+SUPPORTED_SETTINGS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop_sequences",
+        "tool_choice",
+        "parallel_tool_calls",
+        "seed",
+        "extra_headers",
+        "extra_body",
+    }
+)
+#: Body fields tether writes itself; ``extra_body`` may not replace them.
+OWN_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "tools",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "stop",
+        "tool_choice",
+        "parallel_tool_calls",
+        "seed",
+    }
+)
+#: Headers tether sets itself; ``extra_headers`` may not replace them.
+OWN_HEADERS = frozenset({"authorization", "content-type", "accept"})
+#: OpenAI's own API takes at most this many stop sequences.
+MAX_STOP_SEQUENCES = 4
 
 
 @attrs.define(eq=False)
@@ -143,6 +188,17 @@ class OpenAIProvider(HttpProvider):
             )
         yield state.response()
 
+    def check_settings(self, settings: ModelSettings) -> None:
+        """``ValueError`` for a setting Chat Completions cannot take (see the module)."""
+        refuse(self.name, settings, SUPPORTED_SETTINGS)
+        stops = settings.stop_sequences or ()
+        if self.is_official and len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(
+                f"openai: the API takes at most {MAX_STOP_SEQUENCES} stop sequences, "
+                f"got {len(stops)}"
+            )
+        refuse_overrides(self.name, settings, body_fields=OWN_FIELDS, headers=OWN_HEADERS)
+
     # -- request ------------------------------------------------------------
 
     def _http_call(self, request: ModelRequest) -> HttpCall:
@@ -155,6 +211,8 @@ class OpenAIProvider(HttpProvider):
             headers["authorization"] = f"Bearer {self.api_key}"
         elif self.is_official:
             raise AuthenticationFailed(f"openai: no API key: pass api_key= or set {API_KEY_ENV}")
+        if request.settings is not None and request.settings.extra_headers:
+            headers = extra_headers(self.name, request.settings, headers, OWN_HEADERS)
         return HttpCall(
             provider=self.name,
             base_url=self.base_url,
@@ -179,11 +237,11 @@ class OpenAIProvider(HttpProvider):
         field = self.max_tokens_field or (
             "max_completion_tokens" if self.is_official else "max_tokens"
         )
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            field: request.max_tokens if request.max_tokens is not None else self.max_tokens,
-        }
+        settings = request.settings
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            max_tokens = (settings and settings.max_tokens) or self.max_tokens
+        body: dict[str, Any] = {"model": self.model, "messages": messages, field: max_tokens}
         if request.tools:
             body["tools"] = [
                 {
@@ -199,6 +257,8 @@ class OpenAIProvider(HttpProvider):
         if self.streaming:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        if settings is not None:
+            _settings(body, settings, bool(request.tools))
         return body
 
     # -- response -----------------------------------------------------------
@@ -234,6 +294,32 @@ class OpenAIProvider(HttpProvider):
         usage = ZERO_USAGE if usage_raw is None else _usage(usage_raw, shape)
         model = shape.opt_text(completion.get("model"), "model") or self.model
         return _response(text, refusal, calls, raw_stop, usage, model)
+
+
+def _settings(body: dict[str, Any], settings: ModelSettings, has_tools: bool) -> None:
+    """Map ``settings`` onto Chat Completions' fields (unset ones are not sent).
+
+    ``tool_choice`` and ``parallel_tool_calls`` go only with tools (the API
+    refuses them otherwise, and without tools there is nothing to choose).
+    """
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop_sequences is not None:
+        body["stop"] = list(settings.stop_sequences)
+    if settings.seed is not None:
+        body["seed"] = settings.seed
+    if has_tools:
+        choice = settings.tool_choice
+        if choice in ("auto", "required", "none"):
+            body["tool_choice"] = choice
+        elif choice is not None:
+            body["tool_choice"] = {"type": "function", "function": {"name": choice}}
+        if settings.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = settings.parallel_tool_calls
+    if settings.extra_body:
+        add_extra_body(body, settings.extra_body, "openai")
 
 
 def _new_id() -> str:

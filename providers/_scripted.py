@@ -18,6 +18,7 @@ import attrs
 
 from ._arguments import bound_arguments
 from ._errors import FatalProviderError, ProviderError
+from ._settings import ModelSettings
 from ._types import (
     IMAGE_TOKENS_ESTIMATE,
     Backoff,
@@ -95,6 +96,10 @@ class ScriptedProvider:
     one delta), with ``chunk_latency_s`` between them. A request's
     ``max_tokens`` is honoured: longer text is cut and stops ``max_tokens``.
     With ``record=True`` every request is kept in :attr:`requests`.
+
+    It honours every :class:`~tether.providers.ModelSettings` field (it checks
+    nothing): a request's ``settings`` are there for a script (or a test, with
+    ``record=True``) to read; of them it applies only the clamped ``max_tokens``.
     """
 
     script: Script
@@ -113,6 +118,9 @@ class ScriptedProvider:
 
     def price(self) -> Price | None:
         return self.cost_per_mtok
+
+    def check_settings(self, settings: ModelSettings) -> None:
+        """Every setting is honoured: the script decides what it means."""
 
     def gate_key(self) -> str | None:
         # Offline: there is no API to protect, so no gate (and no cap on concurrency).

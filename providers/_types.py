@@ -12,6 +12,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ._settings import ModelSettings
+
 
 class StopReason(enum.StrEnum):
     """Why the model stopped, normalized across providers (DESIGN §6)."""
@@ -322,6 +324,9 @@ class ModelRequest:
     tools: tuple[ToolDef, ...] = ()
     #: Output-token cap for this call; ``None`` uses the provider's default.
     max_tokens: int | None = None
+    #: The run's merged settings (``None``: none set); ``max_tokens`` above already
+    #: holds the clamped cap, the provider maps the other fields.
+    settings: ModelSettings | None = None
 
 
 @attrs.frozen(kw_only=True)

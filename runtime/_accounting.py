@@ -42,6 +42,7 @@ class Accounts:
     """Charges and ceilings for one run."""
 
     __slots__ = (
+        "_asked",
         "_budgets",
         "_default_max",
         "_held_cost",
@@ -64,6 +65,7 @@ class Accounts:
         shared: Budget | None = None,
         on_shared_hit: Callable[[Hit], None] | None = None,
         default_max_tokens: int | None = None,
+        asked_max_tokens: int | None = None,
     ) -> None:
         self.meter = meter
         self.price = price
@@ -72,6 +74,8 @@ class Accounts:
         self._shared = shared
         self._on_shared_hit = on_shared_hit
         self._default_max = default_max_tokens
+        # The run's ModelSettings.max_tokens: sent as is when no budget bounds the call.
+        self._asked = asked_max_tokens
         own = Budget(max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd)
         self._budgets: Sequence[Budget] = [b for b in (own, shared) if b is not None and b.bounded]
         # What this run's call in flight holds of the shared budget.
@@ -83,6 +87,8 @@ class Accounts:
     def clamp(self, *, held: bool = True) -> int | None:
         """The output cap that keeps every budget whole (``None``: no cap).
 
+        Bounded by ``default_max_tokens`` (the settings' ``max_tokens``, else the
+        provider's); with no budget it is the settings' ``max_tokens`` (or ``None``).
         ``held=False`` ignores what calls in flight hold of the shared budget.
         """
         cap: int | None = None
@@ -95,7 +101,9 @@ class Accounts:
             if money is not None and price is not None and price.output > 0:
                 by_cost = int(money * 1_000_000 / price.output)
                 cap = by_cost if cap is None else min(cap, by_cost)
-        if cap is not None and self._default_max is not None:
+        if cap is None:
+            return self._asked
+        if self._default_max is not None:
             cap = min(cap, self._default_max)
         return cap
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, Literal, Protocol
 
 import attrs
 
 from tether.actors import Judge, RestartPolicy, ToolSettings, ToolSpec, tool
-from tether.providers import Provider
+from tether.providers import ModelSettings, Provider, check_settings
+
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:  # TypeVar defaults (PEP 696); typing_extensions comes with anyio below 3.13
+    from typing_extensions import TypeVar
 
 from ._context import ContextStrategy, KeepAll
 from ._lessons import LessonStore
@@ -18,8 +24,26 @@ from ._subagent import agent_tool
 
 Discovery = Literal["first", "auto", "off"]
 
+#: The type of the deps a run of the agent carries (``rt.start(..., deps=...)``).
+DepsT = TypeVar("DepsT", default=Any)
+#: The type of the agent's output: ``str`` until typed output (DESIGN §18) comes.
+OutputT = TypeVar("OutputT", default=str)
+_D = TypeVar("_D")
 
-def _to_tools(value: Iterable[ToolSpec | Callable[..., Any]]) -> tuple[ToolSpec, ...]:
+
+class PlainFunction(Protocol):
+    """A function ``Agent(tools=...)`` wraps with :func:`tether.tool` (it has a ``__name__``).
+
+    Spelled as a protocol, not ``Callable``, because a ``ToolSpec`` is callable
+    too: so mypy matches a tool against ``ToolSpec[DepsT]`` and checks its deps.
+    """
+
+    __name__: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _to_tools(value: Iterable[ToolSpec[_D] | PlainFunction]) -> tuple[ToolSpec[_D], ...]:
     tools = tuple(v if isinstance(v, ToolSpec) else tool(v) for v in value)
     names = [t.name for t in tools]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -33,19 +57,24 @@ def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Agent:
+class Agent(Generic[DepsT, OutputT]):
     """What a run does: instructions, provider, tools, judge, policies, memory, limits.
 
     Plain functions in ``tools`` are wrapped with :func:`tether.tool`. The
     ``discovery`` setting registers a ``search_tools`` tool: ``"first"``
     always, ``"auto"`` when there are more than ``discovery_threshold`` tools,
-    ``"off"`` never.
+    ``"off"`` never. ``settings`` are the agent's :class:`~tether.ModelSettings`
+    (a run's own are merged over them), checked against the provider here.
+
+    ``Agent[DepsT, OutputT]``: ``DepsT`` is the type of the deps its runs carry,
+    inferred from tools that take a ``RunContext[DepsT]`` (``Any`` otherwise);
+    ``OutputT`` is ``str`` for now.
     """
 
     name: str
     provider: Provider
     instructions: str = ""
-    tools: Sequence[ToolSpec] = attrs.field(default=(), converter=_to_tools)
+    tools: Sequence[ToolSpec[DepsT]] = attrs.field(default=(), converter=_to_tools)
     judge: Judge | None = None
     policies: Sequence[PolicyLike] = attrs.field(default=(), converter=_to_policies)
     memory: LessonStore | None = None
@@ -58,6 +87,7 @@ class Agent:
     discovery: Discovery = "auto"
     discovery_threshold: int = 20
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
+    settings: ModelSettings | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -79,6 +109,12 @@ class Agent:
             )
         if not isinstance(self.limits, Limits):
             raise TypeError(f"Agent.limits must be a tether.Limits, got {self.limits!r}")
+        if self.settings is not None:
+            if not isinstance(self.settings, ModelSettings):
+                raise TypeError(
+                    f"Agent.settings must be a tether.ModelSettings, got {self.settings!r}"
+                )
+            check_for(self, self.settings)
 
     @property
     def scope(self) -> str:
@@ -97,4 +133,31 @@ class Agent:
             timeout_s=self.limits.timeout_s,
             name=name,
             description=description,
+        )
+
+
+def check_for(agent: Agent[Any, Any], settings: ModelSettings) -> None:
+    """``ValueError`` unless ``agent``'s provider and tools can honour ``settings``."""
+    check_settings(agent.provider, settings)
+    choice = settings.tool_choice
+    if choice is None or choice in ("auto", "none"):
+        return
+    names = [t.name for t in agent.tools]
+    if not names:
+        raise ValueError(
+            f"ModelSettings.tool_choice={choice!r} needs a tool, and agent {agent.name!r} has none"
+        )
+    if choice == "required":
+        return
+    if choice not in names:
+        raise ValueError(
+            f"ModelSettings.tool_choice={choice!r} names no tool of agent {agent.name!r} "
+            f"(its tools: {', '.join(sorted(names))})"
+        )
+    if agent.discovery == "first" or (
+        agent.discovery == "auto" and len(names) > agent.discovery_threshold
+    ):
+        raise ValueError(
+            f"ModelSettings.tool_choice={choice!r}: with tool discovery on, the model sees "
+            f"only search_tools at first; set Agent(discovery='off') to force a tool"
         )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -37,23 +38,25 @@ from ._trail import Trail
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._perrun import PerRun
 
 
 class Judging:
     """A run's judge and lesson store."""
 
-    __slots__ = ("_accounts", "_actor", "_agent", "_run_id", "_trail")
+    __slots__ = ("_accounts", "_actor", "_agent", "_per_run", "_run_id", "_trail")
 
     def __init__(
         self,
         agent: Agent,
-        run_id: str,
+        per_run: PerRun,
         trail: Trail,
         accounts: Accounts,
         actor: Callable[[], ActorRef[JudgeCandidate]],
     ) -> None:
         self._agent = agent
-        self._run_id = run_id
+        self._per_run = per_run
+        self._run_id = per_run.run_id
         self._trail = trail
         self._accounts = accounts
         self._actor = actor
@@ -88,7 +91,11 @@ class Judging:
         return lessons
 
     async def judge(self, candidate: Candidate) -> Judgement | Decision:
-        """Judge ``candidate``; a :class:`Decision` only when the judge actor is gone."""
+        """Judge ``candidate``; a :class:`Decision` only when the judge actor is gone.
+
+        The judge sees the run's context as ``candidate.ctx`` (``ctx.deps``).
+        """
+        candidate = attrs.evolve(candidate, ctx=self._per_run.context())
         reply = await self._ask(candidate)
         trail = self._trail
         if isinstance(reply, ActorFailed):

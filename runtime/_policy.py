@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -14,6 +14,9 @@ import tether.runtime._events as ev
 from ._limits import Termination
 from ._state import Decision
 from ._trail import Trail
+
+if TYPE_CHECKING:
+    from tether.actors import RunContext
 
 
 class PolicyPoint(enum.StrEnum):
@@ -65,23 +68,46 @@ class Policy(Protocol):
     :class:`~tether.providers.ToolUseBlock` (``id``, ``name``, ``input`` as the
     arguments); ``round_end``: a read-only :class:`~tether.runtime.RunView`.
     A plain function (sync or async) of the same shape is a policy too.
+
+    A policy (or its ``check``) that takes a third positional parameter,
+    ``check(point, subject, ctx)``, gets the run's :class:`~tether.RunContext`
+    there: ``ctx.deps``, ``ctx.run_id``, the remaining budget, and at
+    ``tool_call`` the call's id as ``ctx.call_id``.
     """
 
     async def check(self, point: PolicyPoint, subject: Any) -> Verdict | None: ...
 
 
-PolicyFn = Callable[[PolicyPoint, Any], "Verdict | Awaitable[Verdict | None] | None"]
+PolicyFn = (
+    Callable[[PolicyPoint, Any], "Verdict | Awaitable[Verdict | None] | None"]
+    | Callable[[PolicyPoint, Any, "RunContext[Any]"], "Verdict | Awaitable[Verdict | None] | None"]
+)
 PolicyLike = Policy | PolicyFn
+#: Makes the context a policy that takes one gets: ``(call_id) -> RunContext``.
+ContextMaker = Callable[[str], "RunContext[Any]"]
 
 
-def as_check(policy: PolicyLike) -> Callable[[PolicyPoint, Any], Awaitable[Verdict]]:
-    """Normalize a policy object or function into one async callable."""
+def _takes_context(fn: Any) -> bool:
+    try:
+        inspect.signature(fn).bind(None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): the two-argument form
+        return False
+    return True
+
+
+def as_check(
+    policy: PolicyLike, context: ContextMaker | None = None
+) -> Callable[[PolicyPoint, Any, str], Awaitable[Verdict]]:
+    """Normalize a policy object or function into one async ``check(point, subject, call_id)``."""
     fn: Any = policy.check if isinstance(policy, Policy) else policy
     if not callable(fn):
         raise TypeError(f"a policy must have check(point, subject) or be callable, got {policy!r}")
+    wants = context if _takes_context(fn) else None
 
-    async def check(point: PolicyPoint, subject: Any) -> Verdict:
-        result = fn(point, subject)
+    async def check(point: PolicyPoint, subject: Any, call_id: str) -> Verdict:
+        result = fn(point, subject) if wants is None else fn(point, subject, wants(call_id))
         if inspect.isawaitable(result):
             result = await result
         if result is None:
@@ -103,8 +129,10 @@ class Policies:
 
     __slots__ = ("_checks", "_trail", "active")
 
-    def __init__(self, policies: Sequence[PolicyLike], trail: Trail) -> None:
-        self._checks = [as_check(p) for p in policies]
+    def __init__(
+        self, policies: Sequence[PolicyLike], trail: Trail, context: ContextMaker | None = None
+    ) -> None:
+        self._checks = [as_check(p, context) for p in policies]
         self._trail = trail
         #: Whether there is any policy to check (read every round).
         self.active = bool(self._checks)
@@ -115,7 +143,7 @@ class Policies:
         verdict = _ALLOW
         for check in self._checks:
             try:
-                verdict = await check(point, subject)
+                verdict = await check(point, subject, call_id or "")
             except Exception as exc:
                 verdict = Verdict.block(f"policy raised {type(exc).__name__}: {exc}")
             if verdict.kind in ("deny", "ask") and point is not PolicyPoint.TOOL_CALL:

@@ -57,6 +57,7 @@ from ._discovery import ActiveTools
 from ._judgement import Judging
 from ._limits import Termination
 from ._modelcall import HeldModelClient, ModelClient
+from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
@@ -101,6 +102,7 @@ class Run:
         "approvals",
         "id",
         "input",
+        "per_run",
         "policies",
         "result",
         "state",
@@ -115,6 +117,7 @@ class Run:
         run_id: str,
         parent_run_id: str | None = None,
         first: Message | None = None,
+        extras: RunExtras = NO_EXTRAS,
     ) -> None:
         self.id = run_id
         self.agent = agent
@@ -132,7 +135,6 @@ class Run:
         # An unpriced model's cost is unknown (None) whatever the run charged, never zero.
         state.usage.unpriced = price is None
         trail = self.trail = Trail(run_id, services.sink)
-        default_max = getattr(agent.provider, "max_tokens", None)
         self.accounts = Accounts(
             meter=state.usage,
             limits=agent.limits,
@@ -141,9 +143,10 @@ class Run:
             shared=services.budget,
             # Not a method of the run: the run would hold itself in a cycle.
             on_shared_hit=functools.partial(services.budget_spent, run_id),
-            default_max_tokens=default_max if isinstance(default_max, int) else None,
+            **extras.clamp_args(agent.provider),
         )
-        self.policies = Policies(agent.policies, trail)
+        self.per_run = PerRun(run_id, extras, self.accounts)
+        self.policies = Policies(agent.policies, trail, self.per_run.context)
         self.approvals = Approvals(state.approvals)
         self.result: RunResult | None = None
         # Made when someone waits for the result (most runs are awaited once, at the end).
@@ -325,11 +328,9 @@ class Run:
     # -------------------------------------------------------------- children
 
     def _start_children(self, tg: anyio.abc.TaskGroup) -> None:
-        # The model actor starts with the run; the tool and judge actors on first
-        # use (many runs never call a tool or are never judged: a parked run costs
-        # one child task, not three). start_soon, not start: there is no await
-        # between making a mailbox and handing it to its task, so a cancellation
-        # cannot strand a stream; the mailbox buffers, so the Run may send at once.
+        # The model actor starts with the run, the tool and judge actors on first use (a
+        # parked run costs one child task, not three). start_soon, with no await before it:
+        # a cancellation cannot strand a mailbox, which buffers, so the Run may send at once.
         self._tg = tg
         agent, services = self.agent, self._services
         gate, http = services.gate_for(agent.provider), services.http
@@ -370,7 +371,7 @@ class Run:
     def _judgement(self) -> Judging:
         if self._judging is None:
             self._judging = Judging(
-                self.agent, self.id, self.trail, self.accounts, self._judge_actor
+                self.agent, self.per_run, self.trail, self.accounts, self._judge_actor
             )
         return self._judging
 
@@ -499,6 +500,7 @@ class Run:
             messages=tuple(self.state.messages),
             tools=self._tools.definitions(),
             max_tokens=self.accounts.clamp(),
+            settings=self.per_run.settings,
         )
 
     def _continue_text(self, response: ModelResponse) -> Decision:
@@ -529,6 +531,7 @@ class Run:
             approvals=self.approvals,
             actor=self._tools_actor,
             run_child=self._run_child,
+            per_run=self.per_run,
         )
         self.trail.enter("execute")
         try:
@@ -549,10 +552,9 @@ class Run:
             max_total_tokens=least((agent.limits.max_total_tokens, tokens)),
             max_cost_usd=least((agent.limits.max_cost_usd, cost)),
         )
-        services = self._services
-        child = Run(
-            services, attrs.evolve(agent, limits=limits), task, services.new_run_id(), self.id
-        )
+        services, extras = self._services, prepare(agent, None, self.per_run.deps)
+        child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
+        child = Run(services, child_agent, task, services.new_run_id(), self.id, extras=extras)
         await child.main(admit=False)
         assert child.result is not None
         return _child_output(agent.name, child.result)

@@ -11,12 +11,13 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from tether.providers import TetherError
+from tether.providers import ModelSettings, TetherError
 
-from ._agent import Agent
+from ._agent import Agent, DepsT
 from ._budget import Budget, Hit
 from ._input import RunInput, parts_input
 from ._limits import Limits
+from ._perrun import prepare
 from ._result import RunResult
 from ._run import Run
 from ._services import RuntimeServices
@@ -225,16 +226,21 @@ class Runtime:
 
     def start(
         self,
-        agent: Agent,
+        agent: Agent[DepsT, Any],
         input: RunInput,
         *,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
     ) -> RunHandle:
         """Start a run and return its handle at once.
 
         ``input`` is a ``str``, or a sequence of ``str`` and ``tether.Image``
         parts, which the first user message carries (see :mod:`._input`).
+        ``settings`` are merged over the agent's (the run's fields win); a
+        setting the provider cannot honour is a ``ValueError`` here. ``deps``
+        is what tools, policies and judges read as ``ctx.deps``.
         """
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
@@ -246,20 +252,30 @@ class Runtime:
                 f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
                 "raise it or reset it with Runtime.reset_budget()"
             )
+        extras = prepare(agent, settings, deps)
         run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
-        run = Run(self._services, agent, text, run_id, parent_run_id, first)
+        run = Run(self._services, agent, text, run_id, parent_run_id, first, extras)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
 
-    async def run(self, agent: Agent, input: RunInput, *, run_id: str | None = None) -> RunResult:
-        """Run ``agent`` on ``input`` and return its result.
+    async def run(
+        self,
+        agent: Agent[DepsT, Any],
+        input: RunInput,
+        *,
+        run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
+    ) -> RunResult:
+        """Run ``agent`` on ``input`` and return its result (``settings``, ``deps``: see
+        :meth:`start`).
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).
         """
-        handle = self.start(agent, input, run_id=run_id)
+        handle = self.start(agent, input, run_id=run_id, settings=settings, deps=deps)
         try:
             return await handle.result()
         finally:

@@ -24,8 +24,8 @@ from tether.actors import (
     ActorRef,
     ChildRunner,
     ReplyChannel,
+    RunContext,
     RunTools,
-    ToolContext,
     ToolDone,
     ToolError,
     ToolInvocation,
@@ -38,6 +38,7 @@ from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._input import result_text
 from ._limits import Limits, Termination
+from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, blocked
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
@@ -97,6 +98,7 @@ class ToolRound:
         "_catalogue",
         "_in_flight",
         "_limits",
+        "_per_run",
         "_policies",
         "_results",
         "_run_child",
@@ -120,6 +122,7 @@ class ToolRound:
         approvals: Approvals,
         actor: Callable[[], ActorRef[RunTools]],
         run_child: ChildRunner | None,
+        per_run: PerRun | None = None,
     ) -> None:
         self._calls = calls
         self._state = state
@@ -132,6 +135,7 @@ class ToolRound:
         self._approvals = approvals
         self._actor = actor
         self._run_child = run_child
+        self._per_run = per_run
         self._results: dict[str, ToolResultBlock] = {}
         # Sent to the tool actor and not answered yet.
         self._in_flight: dict[str, ToolUseBlock] = {}
@@ -270,13 +274,16 @@ class ToolRound:
         pending = self._in_flight = {i.call.id: i.call for i in invocations}
         trail, accounts = self._trail, self._accounts
         done: list[ToolDone] = []
-        tokens, cost = accounts.remaining()
-        context = ToolContext(
-            run_id=trail.run_id,
-            run_child=self._run_child,
-            remaining_tokens=tokens,
-            remaining_cost_usd=cost,
-        )
+        if self._per_run is not None:
+            context = self._per_run.context(run_child=self._run_child)
+        else:
+            tokens, cost = accounts.remaining()
+            context = RunContext(
+                run_id=trail.run_id,
+                run_child=self._run_child,
+                remaining_tokens=tokens,
+                remaining_cost_usd=cost,
+            )
         gone: ActorCrashed | None = None
         try:
             await self._actor().send(

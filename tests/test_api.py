@@ -43,6 +43,9 @@ CONTRACT_NAMES = [
     "InMemoryLessonStore",
     "SQLiteLessonStore",
     "events",
+    # DESIGN §16
+    "ModelSettings",
+    "RunContext",
 ]
 
 CONTRACT_EVENTS = [

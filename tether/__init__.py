@@ -3,12 +3,14 @@
 from tether import events as events
 from tether._sync import run_sync as run_sync
 from tether.actors import FatalToolError as FatalToolError
+from tether.actors import RunContext as RunContext
 from tether.actors import ToolError as ToolError
 from tether.actors import ToolSpec as ToolSpec
 from tether.actors import TransientToolError as TransientToolError
 from tether.actors import tool as tool
 from tether.providers import Image as Image
 from tether.providers import Message as Message
+from tether.providers import ModelSettings as ModelSettings
 from tether.providers import TetherError as TetherError
 from tether.providers import dump_messages as dump_messages
 from tether.providers import load_messages as load_messages
@@ -52,9 +54,11 @@ __all__ = [
     "LessonStore",
     "Limits",
     "Message",
+    "ModelSettings",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
+    "RunContext",
     "RunHandle",
     "RunResult",
     "Runtime",

@@ -6,14 +6,18 @@ from typing import Any, Literal
 
 import anyio
 
+from tether.providers import ModelSettings
 from tether.runtime import Agent, RunInput, RunResult, Runtime
+from tether.runtime._agent import DepsT
 
 
 def run_sync(
-    agent: Agent,
+    agent: Agent[DepsT, Any],
     input: RunInput,
     *,
     backend: Literal["asyncio", "trio"] = "asyncio",
+    settings: ModelSettings | None = None,
+    deps: DepsT = None,  # type: ignore[assignment]
     **runtime_kwargs: Any,
 ) -> RunResult:
     """Run ``agent`` on ``input`` in a fresh event loop and return its result.
@@ -22,6 +26,7 @@ def run_sync(
     ``event_sink=``), runs once, and closes the Runtime and the loop, so no task
     or connection outlives the call. Each call pays for a new loop and new HTTP
     connections: for many runs, use ``async with tether.Runtime()`` instead.
+    ``settings`` and ``deps`` go to the run, as in :meth:`Runtime.run`.
 
     Inside a running event loop (``async def`` code, a Jupyter cell on
     asyncio) it raises ``RuntimeError``: a loop cannot be started from inside
@@ -38,7 +43,7 @@ def run_sync(
 
     async def main() -> RunResult:
         async with runtime as rt:
-            return await rt.run(agent, input)
+            return await rt.run(agent, input, settings=settings, deps=deps)
 
     return anyio.run(main, backend=backend)
 

@@ -5,6 +5,8 @@ Not collected by pytest (no ``test_`` prefix); it is only type-checked.
 
 from __future__ import annotations
 
+import attrs
+
 import tether
 from tether import events
 from tether.providers import (
@@ -82,3 +84,51 @@ async def use(agent: tether.Agent) -> None:
         del ok, cost, line, transcript
     result = tether.run_sync(agent, "q")
     assert isinstance(result.output, str | None)
+
+
+# ---------------------------------------------------------- DESIGN §16: settings and deps
+
+
+@attrs.frozen
+class Db:
+    url: str
+
+
+@tether.tool
+async def lookup(ctx: tether.RunContext[Db], key: str) -> str:
+    """Look a key up in the run's database."""
+    return ctx.deps.url + key
+
+
+@tether.tool(sequential=True)
+def bump(ctx: tether.RunContext[int]) -> int:
+    """Wants int deps."""
+    return ctx.deps + 1
+
+
+def deps_policy(
+    point: tether.PolicyPoint, subject: object, ctx: tether.RunContext[Db]
+) -> tether.Verdict | None:
+    return tether.Verdict.deny(ctx.deps.url) if point == "tool_call" else None
+
+
+async def use_deps(provider: tether.providers.Provider) -> None:
+    settings = tether.ModelSettings(temperature=0.2, stop_sequences=["END"], tool_choice="auto")
+    agent: tether.Agent[Db] = tether.Agent(
+        name="db",
+        provider=provider,
+        tools=[lookup, add],
+        policies=[deps_policy],
+        settings=settings,
+    )
+    # A tool that expects other deps than the agent's runs carry is a type error.
+    wrong: tether.Agent[Db] = tether.Agent(name="wrong", provider=provider, tools=[bump])  # type: ignore[list-item]
+    async with tether.Runtime() as rt:
+        result: tether.RunResult = await rt.run(
+            agent, "q", deps=Db("sqlite://"), settings=tether.ModelSettings(seed=7)
+        )
+        handle: tether.RunHandle = rt.start(agent, "q", deps=Db("sqlite://"))
+        # Deps of the wrong type for the agent are a type error too.
+        rt.start(agent, "q", deps=42)  # type: ignore[misc]
+        await handle.result()
+    del result, wrong

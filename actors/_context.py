@@ -1,0 +1,100 @@
+"""``RunContext``: what a tool (and a policy, and a judge) may know about its run.
+
+A tool whose first parameter is annotated ``RunContext[DepsT]`` receives the
+context there (that parameter stays out of the tool's JSON schema); any code
+inside a tool call can also read it with :func:`current_tool_context`. The
+context of one call is one object: the same in the tool, in tasks it starts,
+and in a sync tool's worker thread (contextvars are copied into it).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+from typing import Any, Generic, Protocol
+
+import attrs
+
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:  # TypeVar defaults (PEP 696); typing_extensions comes with anyio below 3.13
+    from typing_extensions import TypeVar
+
+#: The type of a run's dependencies (``rt.start(..., deps=...)``); ``Any`` unless told.
+DepsT = TypeVar("DepsT", default=Any)
+DepsT_co = TypeVar("DepsT_co", covariant=True, default=Any)
+
+
+class ChildRunner(Protocol):
+    """The one capability a tool has on the Runtime: run an agent as a child run.
+
+    The Runtime hands it to every tool call (:attr:`RunContext.run_child`); the
+    child runs inside the calling tool, on the parent's remaining budget, and
+    what it spent is charged to the parent through the returned
+    :class:`ToolOutput`. ``agent`` is a ``tether.Agent`` (anything else is a
+    ``TypeError``): the actors layer does not know the runtime's types.
+    """
+
+    async def __call__(self, agent: object, task: str, /) -> ToolOutput: ...
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutput:
+    """A tool result that carries more than its text.
+
+    A tool may return one to mark its result as an error the model should see
+    (``is_error``), or to charge the calling run for usage it caused
+    (a sub-agent's tokens and cost), with the child run's id for the trail.
+    """
+
+    content: str
+    is_error: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    child_run_id: str | None = None
+    child_termination: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunContext(Generic[DepsT_co]):
+    """What a running tool, policy or judge may know about the run that called it.
+
+    ``deps`` is the run's dependency object (``rt.start(..., deps=obj)``,
+    ``None`` when none was given); ``call_id`` is the tool call's id (empty
+    for policies and judges); ``remaining_tokens`` and ``remaining_cost_usd``
+    are what the run's tightest budgets had left when the context was made
+    (``None``: unbounded). Sub-agent tools use :attr:`run_child` to run a child
+    run on the parent's budget. ``tether.ToolContext`` is the same class.
+    """
+
+    run_id: str
+    call_id: str = ""
+    deps: DepsT_co = attrs.field(default=None, eq=False, repr=False)
+    #: Runs an agent as a child of this run (``None`` outside a Runtime).
+    run_child: ChildRunner | None = attrs.field(default=None, eq=False)
+    remaining_tokens: int | None = None
+    remaining_cost_usd: float | None = None
+
+
+#: The name tools have used so far; one class, not two mechanisms.
+ToolContext = RunContext
+
+_CONTEXT: contextvars.ContextVar[RunContext[Any] | None] = contextvars.ContextVar(
+    "tether_tool_context", default=None
+)
+
+
+def current_tool_context() -> RunContext[Any] | None:
+    """The context of the tool call running in this task, or ``None`` outside one."""
+    return _CONTEXT.get()
+
+
+__all__ = [
+    "ChildRunner",
+    "DepsT",
+    "RunContext",
+    "ToolContext",
+    "ToolOutput",
+    "current_tool_context",
+]
