@@ -18,6 +18,7 @@ import attrs
 
 from ._arguments import bound_arguments
 from ._errors import FatalProviderError, ProviderError
+from ._http import arguments_text
 from ._types import (
     Backoff,
     ContentBlock,
@@ -30,6 +31,7 @@ from ._types import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -87,8 +89,12 @@ class ScriptedProvider:
     """A provider that answers from a script, with optional latency.
 
     ``latency_s`` is waited before the first delta of every request;
-    ``chunk_size`` splits text into deltas of that many characters (``None``:
-    one delta), with ``chunk_latency_s`` between them. A request's
+    ``chunk_size`` streams a reply in pieces of that many characters, with
+    ``chunk_latency_s`` between them: its text as ``TextDelta`` items, then
+    each tool call's arguments (as JSON text) as ``ToolCallDelta`` items, as a
+    wire provider streams them. Without it (``None``) the text comes as one
+    delta and the tool calls only in the response: the cheapest stream, which
+    the benchmarks use. A request's
     ``max_tokens`` is honoured: longer text is cut and stops ``max_tokens``.
     With ``record=True`` every request is kept in :attr:`requests`.
     """
@@ -187,6 +193,16 @@ class ScriptedProvider:
                 break
             out_tokens += size
             content.append(ToolUseBlock(id=call_id, name=call.name, input=arguments))
+            if self.chunk_size:
+                try:
+                    raw = arguments_text(arguments)
+                except (TypeError, ValueError):  # a script's arguments no model could send
+                    raw = repr(arguments)
+                for start in range(0, len(raw), self.chunk_size):
+                    piece = raw[start : start + self.chunk_size]
+                    chunks.append(
+                        [ToolCallDelta(call_id=call_id, name=call.name, arguments_delta=piece)]
+                    )
         usage = reply.usage or TokenUsage(input_tokens=input_tokens, output_tokens=out_tokens)
         response = ModelResponse(
             content=tuple(content),

@@ -41,6 +41,7 @@ from tether.providers import (
     StopReason,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     UsageDelta,
 )
 
@@ -172,6 +173,8 @@ class ModelClient:
                     return _Crashed(stopped, attempt)
                 match item:
                     case TextDelta():
+                        if trail.streaming:  # someone reads deltas (else: none is built)
+                            _live(trail, item, meter.model_calls - 1, attempt)
                         if estimating:
                             streamed_bytes += len(item.text.encode("utf-8", "replace"))
                             output = -(-streamed_bytes // BYTES_PER_TOKEN)
@@ -190,6 +193,9 @@ class ModelClient:
                                 crossed = accounts.crossed()
                                 if crossed is not None:
                                     return Decision.end(crossed)
+                    case ToolCallDelta():
+                        if trail.streaming:
+                            _live(trail, item, meter.model_calls - 1, attempt)
                     case UsageDelta():
                         reported = True
                         accounts.charge_stream(item.usage, seen)
@@ -267,6 +273,27 @@ class HeldModelClient(ModelClient):
             return await super().call(held)
         finally:
             accounts.release()
+
+
+def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:
+    """Hand a provider's delta to the run's delta readers, as a live event (DESIGN §17)."""
+    if isinstance(item, TextDelta):
+        trail.delta(
+            ev.TextDelta(
+                **trail.delta_head(), text=item.text, call_index=call_index, attempt=attempt
+            )
+        )
+    else:
+        trail.delta(
+            ev.ToolCallDelta(
+                **trail.delta_head(),
+                call_id=item.call_id,
+                name=item.name,
+                arguments_delta=item.arguments_delta,
+                call_index=call_index,
+                attempt=attempt,
+            )
+        )
 
 
 def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:
