@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 import tether
 from tether import events as ev
+from tether._cli_run import _follow
 from tether.providers import Fault, Reply, ScriptedProvider, StreamInterrupted, ToolCall
 from tether.runtime import combine
 
@@ -244,3 +246,55 @@ def test_delta_events_dump_and_load() -> None:
         ev.ToolCallDelta(**head, call_id="c", name="add", arguments_delta='{"a"', call_index=1),
     ):
         assert ev.load(json.loads(json.dumps(ev.dump(event)))) == event
+
+
+class Recording(io.StringIO):
+    """stdout for `tether run`: notes whether the run was still going at each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handle: tether.RunHandle | None = None
+        self.while_running: list[str] = []
+
+    def write(self, text: str) -> int:
+        if self.handle is not None and not self.handle.done and text.strip():
+            self.while_running.append(text)
+        return super().write(text)
+
+
+async def test_tether_run_prints_the_answer_as_it_streams() -> None:
+    """`tether run` writes each call's text piece by piece while the run goes on."""
+    out, err = Recording(), io.StringIO()
+    async with tether.Runtime() as rt:
+        handle = out.handle = rt.start(tool_agent(), "2 + 3?")
+        await _follow(handle, out, err)
+    assert out.getvalue() == "Let me add.\n" + ANSWER + "\n"
+    assert len(out.while_running) > 4, "the text went out in pieces, before the run ended"
+    assert "".join(out.while_running) == "Let me add." + ANSWER
+    assert "· tool add" in err.getvalue()
+
+
+async def test_demo_streams_the_text_of_the_run_in_focus() -> None:
+    """The demo's live view follows one run in flight at a time with stream_text()."""
+    from rich.console import Console
+
+    from tether._cli_demo import DemoStats, _demo
+    from tether._demo import build
+
+    agents = build(6, seed=0, latency_scale=0.1)
+    stats = DemoStats(total=len(agents))
+    seen: list[tuple[str | None, str]] = []
+    original = DemoStats.stream
+
+    def stream(self: DemoStats, chunk: str) -> None:
+        original(self, chunk)
+        seen.append((self.focus_id, chunk))
+
+    DemoStats.stream = stream  # type: ignore[method-assign]
+    try:
+        tally = await _demo(agents, stats, None, Console(file=io.StringIO()))
+    finally:
+        DemoStats.stream = original  # type: ignore[method-assign]
+    assert len(tally.results) == len(agents)
+    assert seen, "the focus streamed some text"
+    assert {focus for focus, _ in seen} <= {a.run_id for a in agents}
