@@ -135,7 +135,10 @@ class Trail:
     def listen(self, buffer: DeltaBuffer) -> DeltaBuffer:
         """Subscribe ``buffer`` to the run's deltas from now on (none once it has ended)."""
         if self._finished is None:
-            self._readers.append(weakref.ref(buffer))
+            # The callback unsubscribes a reader dropped without aclose() (a break,
+            # a cancelled task) at once. It refers back to the trail: finish()
+            # drops the refs, so a finished run is still freed by reference counting.
+            self._readers.append(weakref.ref(buffer, self._dropped))
             self.streaming = True
         return buffer
 
@@ -143,6 +146,9 @@ class Trail:
         """Unsubscribe ``buffer``."""
         self._readers = [r for r in self._readers if r() not in (None, buffer)]
         self.streaming = bool(self._readers) or self._delta_sink is not None
+
+    def _dropped(self, ref: weakref.ref[DeltaBuffer]) -> None:
+        self._prune()
 
     def _prune(self) -> None:
         self._readers = [r for r in self._readers if r() is not None]
