@@ -298,3 +298,14 @@ async def test_demo_streams_the_text_of_the_run_in_focus() -> None:
     assert len(tally.results) == len(agents)
     assert seen, "the focus streamed some text"
     assert {focus for focus, _ in seen} <= {a.run_id for a in agents}
+
+
+async def test_tether_trace_reads_a_file_with_deltas_as_the_kept_trail(tmp_path: Path) -> None:
+    """`tether trace` skips the deltas of a JsonlSink(deltas=True) file: no false seq gaps."""
+    from tether._cli_trace import read_trace
+
+    path = tmp_path / "live.jsonl"
+    with tether.JsonlSink(path, deltas=True) as sink:
+        async with tether.Runtime(event_sink=sink) as rt:
+            result = await rt.run(tool_agent(), "2 + 3?")
+    assert read_trace(str(path)) == {result.run_id: list(result.events)}
