@@ -72,8 +72,19 @@ async def use(agent: tether.Agent) -> None:
             again: events.Event = events.load(data)
             if isinstance(again, events.ApprovalRequested):
                 handle.approve(again.call_id)
+        streamed = rt.start(agent, "q")
+        text = streamed.stream_text()
+        async for live in streamed.events(deltas=True):
+            if isinstance(live, events.TextDelta):
+                piece: str = live.text
+                index: int = live.call_index
+                del piece, index
+            elif isinstance(live, events.ToolCallDelta):
+                arguments: str = live.arguments_delta
+                del arguments
+        chunks: list[str] = [chunk async for chunk in text]
         handle.cancel("done")
         handle.stop()
-        del ok, cost, line
+        del ok, cost, line, chunks
     result = tether.run_sync(agent, "q")
     assert isinstance(result.output, str | None)
