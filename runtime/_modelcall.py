@@ -193,9 +193,6 @@ class ModelClient:
                                 crossed = accounts.crossed()
                                 if crossed is not None:
                                     return Decision.end(crossed)
-                    case ToolCallDelta():
-                        if trail.streaming:
-                            _live(trail, item, meter.model_calls - 1, attempt)
                     case UsageDelta():
                         reported = True
                         accounts.charge_stream(item.usage, seen)
@@ -210,6 +207,9 @@ class ModelClient:
                         accounts.record("model", item.usage, accounts.cost(item.usage))
                         seen = TokenUsage()
                         return self._finished(item)
+                    case ToolCallDelta():  # after the common items: they pay no check for it
+                        if trail.streaming:
+                            _live(trail, item, meter.model_calls - 1, attempt)
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
                         seen = TokenUsage()

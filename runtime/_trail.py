@@ -81,7 +81,8 @@ class Trail:
         #: Someone wants this run's deltas (a reader, or the sink): build them.
         self.streaming = delta_sink is not None
         self._delta_sink = delta_sink
-        self._readers: list[weakref.ref[DeltaBuffer]] = []
+        # The delta readers' buffers; no list until the first reader (most runs have none).
+        self._readers: list[weakref.ref[DeltaBuffer]] | None = None
 
     # ----------------------------------------------------------------- writing
 
@@ -120,7 +121,7 @@ class Trail:
         if self._delta_sink is not None:
             self._delta_sink(delta)
         pos, dead = len(self._events), False
-        for ref in self._readers:
+        for ref in self._readers or ():
             buffer = ref()
             if buffer is None:
                 dead = True
@@ -138,20 +139,22 @@ class Trail:
             # The callback unsubscribes a reader dropped without aclose() (a break,
             # a cancelled task) at once. It refers back to the trail: finish()
             # drops the refs, so a finished run is still freed by reference counting.
+            if self._readers is None:
+                self._readers = []
             self._readers.append(weakref.ref(buffer, self._dropped))
             self.streaming = True
         return buffer
 
     def forget(self, buffer: DeltaBuffer) -> None:
         """Unsubscribe ``buffer``."""
-        self._readers = [r for r in self._readers if r() not in (None, buffer)]
+        self._readers = [r for r in self._readers or () if r() not in (None, buffer)]
         self.streaming = bool(self._readers) or self._delta_sink is not None
 
     def _dropped(self, ref: weakref.ref[DeltaBuffer]) -> None:
         self._prune()
 
     def _prune(self) -> None:
-        self._readers = [r for r in self._readers if r() is not None]
+        self._readers = [r for r in self._readers or () if r() is not None]
         self.streaming = bool(self._readers) or self._delta_sink is not None
 
     def stage(self, stage: ev.Stage) -> Stage:
@@ -167,7 +170,7 @@ class Trail:
         self._events = []
         self._stages = {}
         # Readers drain what their buffers hold; nothing more comes.
-        self._readers = []
+        self._readers = None
         self.streaming = False
         self._delta_sink = None
         if self._waiter is not None:
