@@ -309,3 +309,34 @@ async def test_tether_trace_reads_a_file_with_deltas_as_the_kept_trail(tmp_path:
         async with tether.Runtime(event_sink=sink) as rt:
             result = await rt.run(tool_agent(), "2 + 3?")
     assert read_trace(str(path)) == {result.run_id: list(result.events)}
+
+
+class BlockedSink(Recorder):
+    """A delta sink whose first call blocks until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__(deltas=True)
+        self.release = threading.Event()
+
+    def __call__(self, event: ev.Event) -> None:
+        self.release.wait(10)
+        super().__call__(event)
+
+
+async def test_a_blocked_delta_sink_gets_the_text_joined_and_every_event() -> None:
+    """A delta sink that blocks while the run streams gets each call's text joined, nothing
+    dropped, the kept events whole and in order; the run never waits for it."""
+    sink = BlockedSink()
+    async with tether.Runtime(event_sink=sink) as rt:
+        result = await rt.run(tool_agent(size=1), "2 + 3?")  # the sink has not returned once
+        sink.release.set()
+    assert rt.sink_status is not None
+    assert rt.sink_status.dropped == 0
+    assert [e for e in sink.events if not isinstance(e, ev.DELTA_TYPES)] == list(result.events)
+    texts = of(sink.events, ev.TextDelta)
+    # The first delta may have reached the sink before it blocked; the rest were joined.
+    assert len(texts) <= 2 * len(finished_text(result))
+    for index, text in enumerate(finished_text(result)):
+        assert "".join(t.text for t in texts if t.call_index == index) == text
+    arguments = "".join(d.arguments_delta for d in of(sink.events, ev.ToolCallDelta))
+    assert json.loads(arguments) == {"a": 2, "b": 3}
