@@ -69,7 +69,8 @@ class Reply:
 
 @attrs.frozen(kw_only=True)
 class Fault:
-    """A scripted failure: raise ``error`` (after streaming ``after_text``, if given)."""
+    """A scripted failure: raise ``error`` (after streaming ``after_text``, if given,
+    in the provider's ``chunk_size`` pieces)."""
 
     error: ProviderError
     #: Text streamed before the failure, to script a stream cut off mid-way.
@@ -140,7 +141,11 @@ class ScriptedProvider:
         input_tokens = estimate_input_tokens(request)
         if isinstance(item, Fault):
             if item.after_text:
-                yield TextDelta(text=item.after_text)
+                text, step = item.after_text, self.chunk_size or len(item.after_text)
+                for start in range(0, len(text), step):
+                    if start and self.chunk_latency_s:
+                        await anyio.sleep(self.chunk_latency_s)
+                    yield TextDelta(text=text[start : start + step])
                 yield UsageDelta(
                     usage=TokenUsage(
                         input_tokens=input_tokens, output_tokens=_tokens(item.after_text)
