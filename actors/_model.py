@@ -1,7 +1,8 @@
 """The model actor: provider calls, streaming, and transport retries with backoff.
 
 A :class:`ModelCall` gets replies in parts on its reply channel: provider
-deltas (:class:`~tether.providers.TextDelta`, :class:`~tether.providers.UsageDelta`),
+deltas (:class:`~tether.providers.TextDelta`, :class:`~tether.providers.ToolCallDelta`,
+:class:`~tether.providers.UsageDelta`),
 a :class:`RetryScheduled` before each backoff wait and an
 :class:`AttemptStarted` after it, a :class:`GateWaited` when
 the provider's gate held the call, and last either the
@@ -29,6 +30,7 @@ from tether.providers import (
     ProviderError,
     RateLimited,
     TextDelta,
+    ToolCallDelta,
     TransientProviderError,
     UsageDelta,
     bound_response,
@@ -68,6 +70,7 @@ class ModelFailed:
 #: the run matches on.
 ModelReply = (
     TextDelta
+    | ToolCallDelta
     | UsageDelta
     | ModelResponse
     | RetryScheduled

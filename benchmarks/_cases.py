@@ -1,4 +1,4 @@
-"""The benchmarks B1–B6, each for tether and for the bare loop.
+"""The benchmarks B1–B7, each for tether and for the bare loop.
 
 A :class:`Job` names one benchmark, one side (``tether`` or ``bare``), one
 backend and its sizes; :func:`run_job` runs it with ``anyio.run`` and returns
@@ -34,7 +34,7 @@ SETTLE_S = 2.0
 class Job:
     """One benchmark, one side, one backend."""
 
-    case: str  # "B1" .. "B6"
+    case: str  # "B1" .. "B7"
     impl: str  # "tether" or "bare"
     backend: str  # "asyncio" or "trio"
     n: int  # runs (B1: runs one after another; others: at once)
@@ -399,6 +399,52 @@ async def reader_tether(job: Job) -> Result:
     return out.done(scope, job)
 
 
+# ----------------------------------------------------- B7: B1, streamed or not
+
+
+async def _b1_pass(
+    rt: tether.Runtime, agent: tether.Agent, job: Job, out: Outcome, stream: bool
+) -> float:
+    """``n`` runs one after another; with ``stream``, each read through ``stream_text()``."""
+    w.TALLY.executions = 0
+    results: list[tether.RunResult] = []
+    texts: list[str] = []
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(job.n):
+        if stream:
+            handle = rt.start(agent, w.QUESTION)
+            texts.append("".join([chunk async for chunk in handle.stream_text()]))
+            results.append(await handle.result())
+        else:
+            results.append(await rt.run(agent, w.QUESTION))
+    elapsed = time.perf_counter() - start
+    out.answered(results, job.rounds)
+    wrong = sum(text != w.FINAL_TEXT for text in texts)
+    if wrong:
+        out.problems.add(f"{wrong} of {len(texts)} streamed texts differ from the answer")
+    return elapsed
+
+
+async def stream_tether(job: Job) -> Result:
+    """B1's workload with no reader and with a ``stream_text()`` reader, alternately."""
+    out = Outcome()
+    agent = w.agent(job.rounds, job.latency_s)
+    best = {False: math.inf, True: math.inf}
+    with anyio.move_on_after(job.timeout_s) as scope:
+        async with _runtime(1) as rt:
+            for _ in range(WARMUP_RUNS):
+                await rt.run(agent, w.QUESTION)
+            for i in range(job.repeats):
+                for stream in (False, True) if i % 2 == 0 else (True, False):
+                    elapsed = await _b1_pass(rt, agent, job, out, stream)
+                    best[stream] = min(best[stream], elapsed)
+    out.timed(best[True])
+    out.metrics["us_per_round"] = best[False] / (job.n * job.rounds) * 1e6
+    out.metrics["stream_us_per_round"] = best[True] / (job.n * job.rounds) * 1e6
+    return out.done(scope, job)
+
+
 # ------------------------------------------------------------------------ jobs
 
 CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
@@ -414,6 +460,8 @@ CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
     ("B5", "bare"): park_bare,
     ("B6", "tether"): reader_tether,
     ("B6", "bare"): batch_bare,
+    ("B7", "tether"): stream_tether,
+    ("B7", "bare"): b1_bare,
 }
 
 

@@ -13,7 +13,7 @@ from ._cases import Job, Result
 #: Runs a job; ``True`` asks for a child process of its own (memory jobs).
 Runner = Callable[[Job, bool], Result]
 
-BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6")
+BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +410,52 @@ def bench_b6(plan: Plan, backend: str, run: Runner) -> list[Row]:
     ]
 
 
+def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
+    """B1's workload (its sizes), with and without a ``stream_text()`` reader per run."""
+    job = Job(
+        "B7",
+        "tether",
+        backend,
+        plan.b1_runs,
+        plan.b1_rounds,
+        0.0,
+        repeats=plan.b1_repeats,
+        timeout_s=plan.timeout_s,
+    )
+    t, b = run(job, False), run(_bare(job), False)
+    none, streamed = _num(t.get("us_per_round")), _num(t.get("stream_us_per_round"))
+    bu = _num(b.get("us_per_round"))
+    verified, problems = _verified(t, b)
+    change = (_ratio(streamed, none) - 1) * 100
+    where = f"L=0, R={plan.b1_rounds} · one run at a time ({_n(plan.b1_runs)} runs"
+    return [
+        Row(
+            "B7",
+            backend,
+            f"µs per round, nobody streams · {where}, best of {plan.b1_repeats})",
+            _fmt(none, 1, " µs"),
+            _fmt(bu, 2, " µs"),
+            _times(_ratio(none, bu)),
+            "—",
+            "—",
+            verified,
+            (),
+        ),
+        Row(
+            "B7",
+            backend,
+            f"µs per round, each run read with `handle.stream_text()` · {where})",
+            f"{_fmt(streamed, 1, ' µs')} ({change:+.1f}% vs nobody streams)",
+            _fmt(bu, 2, " µs"),
+            _times(_ratio(streamed, bu)),
+            "—",
+            "—",
+            verified,
+            problems,
+        ),
+    ]
+
+
 def _bare(job: Job) -> Job:
     return dataclasses.replace(job, impl="bare")
 
@@ -421,4 +467,5 @@ BENCH: dict[str, Callable[[Plan, str, Runner], list[Row]]] = {
     "B4": bench_b4,
     "B5": bench_b5,
     "B6": bench_b6,
+    "B7": bench_b7,
 }

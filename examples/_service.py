@@ -10,6 +10,7 @@ routes, its lifespan and its server's shutdown::
     start_run(request)                    POST   /runs                         201
     run_status(request, run_id)           GET    /runs/{id}                    200
     run_events(request, run_id)           GET    /runs/{id}/events             SSE
+                                          (``?deltas=true``: live text and tool-call deltas too)
     cancel_run(request, run_id)           DELETE /runs/{id}                    202
     approvals(request, run_id)            GET    /runs/{id}/approvals          200
     answer(request, run_id, call_id)      POST   /runs/{id}/approvals/{call}   200
@@ -131,17 +132,28 @@ def ask_first(point: tether.PolicyPoint, subject: object) -> tether.Verdict | No
 
 
 def demo_agent(
-    name: str = "demo", latency_s: float = 0.05, *, approval: bool = False
+    name: str = "demo",
+    latency_s: float = 0.05,
+    *,
+    approval: bool = False,
+    chunk_latency_s: float | None = None,
 ) -> tether.Agent:
     """An offline agent: each model call takes ``latency_s``, so events arrive over time.
 
-    With ``approval``, its tool call waits for ``POST /runs/{id}/approvals/{call}``
+    Its text and tool-call arguments stream in pieces of 4 characters,
+    ``chunk_latency_s`` apart (default: a twentieth of ``latency_s``). With
+    ``approval``, its tool call waits for ``POST /runs/{id}/approvals/{call}``
     (at most 5 minutes: the run's ``timeout_s``).
     """
+    if chunk_latency_s is None:
+        chunk_latency_s = latency_s / 20
+    provider = ScriptedProvider(
+        demo_script, latency_s=latency_s, chunk_size=4, chunk_latency_s=chunk_latency_s
+    )
     return tether.Agent(
         name=name,
         instructions="Count the words of the user's input with the word_count tool.",
-        provider=ScriptedProvider(demo_script, latency_s=latency_s),
+        provider=provider,
         tools=[word_count],
         policies=[ask_first] if approval else [],
         limits=tether.Limits(timeout_s=300),
@@ -307,8 +319,16 @@ class RunRegistry:
 
 
 def sse_message(event: tether.events.Event) -> str:
-    """One Server-Sent Events message for ``event``."""
+    """One Server-Sent Events message for ``event``.
+
+    A delta has no ``id:``: it is live only, so a client's ``Last-Event-ID``
+    stays the seq of the last kept event it got, which is where a resumed
+    stream picks up (deltas missed meanwhile are in that call's
+    ``ModelCallFinished``).
+    """
     data = json.dumps(tether.events.dump(event), separators=(",", ":"), default=str)
+    if isinstance(event, tether.events.DELTA_TYPES):
+        return f"event: {type(event).__name__}\ndata: {data}\n\n"
     return f"id: {event.seq}\nevent: {type(event).__name__}\ndata: {data}\n\n"
 
 
@@ -349,7 +369,7 @@ class SSEStream:
                 except StopAsyncIteration:
                     self._ended = True
                     break
-                if event.seq > self._after:
+                if event.seq > self._after or isinstance(event, tether.events.DELTA_TYPES):
                     return sse_message(event)
                 continue
             return ": keep-alive\n\n"
@@ -506,13 +526,21 @@ class Service:
 
     @_answers
     async def run_events(self, request: Request, run_id: str) -> Response:
-        """``GET /runs/{id}/events``: the events after ``Last-Event-ID`` (all without), as SSE."""
+        """``GET /runs/{id}/events``: the events after ``Last-Event-ID`` (all without), as SSE.
+
+        With ``?deltas=true`` the live ``TextDelta`` and ``ToolCallDelta`` events
+        come too, from the moment of the request (a client behind gets them joined).
+        """
         handle = self._run(request, run_id)
         try:
             after = int(request.headers.get("last-event-id", "-1"))
         except ValueError:
             after = -1
-        stream = SSEStream(handle.events(), after, self.settings.heartbeat_s, lambda: self.closing)
+        flag = request.query_params.get("deltas", "false").lower()
+        if flag not in ("true", "false", "1", "0"):
+            raise Refused(422, "deltas must be true or false")
+        events = handle.events(deltas=flag in ("true", "1"))
+        stream = SSEStream(events, after, self.settings.heartbeat_s, lambda: self.closing)
         return StreamingResponse(
             stream,
             media_type="text/event-stream",

@@ -12,6 +12,7 @@ Routes (every one needs ``Authorization: Bearer <token>``)::
     POST   /runs              {"input": "...", "agent": "demo"}  -> 201 {"run_id": ...}
     GET    /runs/{id}/events  the run's events as Server-Sent Events: every event
                               from the first, then live ones, until RunFinished
+                              (?deltas=true: the answer's text deltas too, as it streams)
     GET    /runs/{id}         {"status": "running"} or the result
     DELETE /runs/{id}         cancel the run -> 202
     GET    /runs/{id}/approvals            the tool calls waiting for approval
@@ -74,7 +75,14 @@ Each SSE message is ``id: <seq>``, ``event: <event class>`` and
 ``data: <json of tether.events.dump(event)>``; ``tether.events.load`` reads the
 data back. A client that reconnects with ``Last-Event-ID: <seq>`` gets the
 events after that one. A comment line (``: keep-alive``) is sent after 15 s
-without an event, so proxies keep the stream open.
+without an event, so proxies keep the stream open. With ``?deltas=true`` the
+live ``TextDelta`` and ``ToolCallDelta`` events come between the others, from
+the moment of the request, without an ``id:`` (they are not kept, so they are
+not resumed: the text is in each call's ``ModelCallFinished``)::
+
+    curl -N -H "$H" "localhost:8000/runs/<id>/events?deltas=true"
+    # event: TextDelta
+    # data: {"run_id":...,"text":"Let ","call_index":0,...,"type":"TextDelta"}
 
 The Runtime lives in the app's lifespan. The service keeps the handles of at
 most ``max_runs`` runs: starting one past the bound drops the oldest finished

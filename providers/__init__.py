@@ -63,6 +63,7 @@ from ._types import StreamItem as StreamItem
 from ._types import TextBlock as TextBlock
 from ._types import TextDelta as TextDelta
 from ._types import TokenUsage as TokenUsage
+from ._types import ToolCallDelta as ToolCallDelta
 from ._types import ToolDef as ToolDef
 from ._types import ToolResultBlock as ToolResultBlock
 from ._types import ToolUseBlock as ToolUseBlock
@@ -113,6 +114,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "TextDelta",
     "TokenUsage",
     "ToolCall",
+    "ToolCallDelta",
     "ToolDef",
     "ToolResultBlock",
     "ToolUseBlock",

@@ -24,8 +24,11 @@ Decisions:
   (transient), except the error types no retry can fix
   (``invalid_request_error``, ``authentication_error``, ``permission_error``,
   ``not_found_error``), which raise their fatal classes.
+- Streamed text comes as ``TextDelta`` items, a tool call's ``input_json_delta``
+  pieces as ``ToolCallDelta`` items (the call's id and name on each).
 - Non-streaming (``stream=False``) answers are yielded as one ``TextDelta``
-  (if any text), one ``UsageDelta`` and the ``ModelResponse``.
+  (if any text), one ``ToolCallDelta`` per tool call (its whole arguments),
+  one ``UsageDelta`` and the ``ModelResponse``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from ._types import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -447,9 +451,12 @@ class _StreamState:
                 target.text.append(text)
                 return [TextDelta(text=text)] if text else []
             if delta_kind == "input_json_delta" and target.kind == "tool_use":
-                target.json_parts.append(
-                    shape.text(delta.get("partial_json"), "input_json_delta.partial_json")
-                )
+                part = shape.text(delta.get("partial_json"), "input_json_delta.partial_json")
+                target.json_parts.append(part)
+                if part:
+                    return [
+                        ToolCallDelta(call_id=target.id, name=target.name, arguments_delta=part)
+                    ]
             return []
         if kind == "content_block_stop":
             self._block(self._index(data, kind), kind)

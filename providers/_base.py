@@ -10,8 +10,17 @@ from urllib.parse import urlsplit
 import attrs
 
 from ._errors import AuthenticationFailed
+from ._http import arguments_text
 from ._prices import price_for
-from ._types import Backoff, ModelResponse, Price, StreamItem, TextDelta, UsageDelta
+from ._types import (
+    Backoff,
+    ModelResponse,
+    Price,
+    StreamItem,
+    TextDelta,
+    ToolCallDelta,
+    UsageDelta,
+)
 from ._wire_errors import scrub_logs_of
 
 
@@ -62,9 +71,14 @@ class HttpProvider:
 
 
 def whole_response(response: ModelResponse) -> Iterator[StreamItem]:
-    """A response that arrived in one piece, played as a stream: text, usage, response."""
+    """A response that arrived in one piece, played as a stream: text, each tool call's
+    arguments, usage, response."""
     if response.text:
         yield TextDelta(text=response.text)
+    for call in response.tool_calls:
+        yield ToolCallDelta(
+            call_id=call.id, name=call.name, arguments_delta=arguments_text(call.input)
+        )
     yield UsageDelta(usage=response.usage)
     yield response
 

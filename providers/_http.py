@@ -36,6 +36,13 @@ def plain(value: Any) -> Any:
     return value
 
 
+def arguments_text(value: Any) -> str:
+    """Tool-call arguments as JSON text (a raw string, the model's invalid JSON, as it was)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
+
+
 def encode_body(payload: Mapping[str, Any], provider: str) -> bytes:
     try:
         text = json.dumps(plain(payload), ensure_ascii=False, separators=(",", ":"))

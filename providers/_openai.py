@@ -40,13 +40,14 @@ Decisions:
   ended (``data: [DONE]``, or the connection closed cleanly). Ending without
   a ``finish_reason`` is :class:`StreamInterrupted`. An ``error`` object in a
   chunk (or in a 200 body) raises :class:`StreamErrorEvent`.
+- Streamed text comes as ``TextDelta`` items, each ``tool_calls[].function.arguments``
+  piece as a ``ToolCallDelta`` (the call's id and name on each).
 - Tool-call arguments that are not valid JSON, or nest deeper than
   ``MAX_TOOL_ARGUMENT_DEPTH``, are kept as the raw string (and sent back so).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -59,7 +60,7 @@ from httpx_sse import ServerSentEvent
 from ._arguments import bound_arguments, parse_tool_arguments
 from ._base import HttpProvider, check_key, whole_response
 from ._errors import AuthenticationFailed, ProviderError, StreamInterrupted
-from ._http import HttpCall, JsonBody, drain, plain, post_json, post_sse
+from ._http import HttpCall, JsonBody, arguments_text, drain, post_json, post_sse
 from ._settings import (
     ModelSettings,
     add_extra_body,
@@ -81,6 +82,7 @@ from ._types import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -371,7 +373,7 @@ def _messages(message: Message) -> list[dict[str, Any]]:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": _arguments(c.input)},
+                    "function": {"name": c.name, "arguments": arguments_text(c.input)},
                 }
                 for c in calls
             ]
@@ -409,13 +411,6 @@ def _messages(message: Message) -> list[dict[str, Any]]:
 
 def _image_part(image: Image) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": image.data_url()}}
-
-
-def _arguments(value: Any) -> str:
-    """Tool-call arguments as the JSON string the wire wants (a raw string as it was)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _usage(raw: Any, shape: Shape) -> TokenUsage:
@@ -488,7 +483,9 @@ class _StreamState:
             for position, raw_call in enumerate(
                 shape.arr(delta.get("tool_calls") or [], "delta.tool_calls")
             ):
-                self._call_fragment(shape.obj(raw_call, "delta.tool_calls[]"), position)
+                piece = self._call_fragment(shape.obj(raw_call, "delta.tool_calls[]"), position)
+                if piece is not None:
+                    out.append(piece)
             finish = shape.opt_text(choice.get("finish_reason"), "choice.finish_reason")
             if finish:
                 self.finish_reason = finish
@@ -497,7 +494,13 @@ class _StreamState:
             out.append(UsageDelta(usage=self.usage))
         return out
 
-    def _call_fragment(self, fragment: dict[str, Any], position: int) -> None:
+    def _call_fragment(self, fragment: dict[str, Any], position: int) -> ToolCallDelta | None:
+        """Fold one fragment into its call; the arguments it brought, as a delta.
+
+        A call whose first argument text comes before its id (some compatible
+        servers send none) is given its id then, so that its deltas and its
+        response agree; an id arriving later is ignored, as any second id is.
+        """
         shape = self.shape
         index = shape.opt_int(fragment.get("index"), "tool_call.index", position)
         call = self.calls.setdefault(index, _Call())
@@ -509,8 +512,12 @@ class _StreamState:
         if name and not call.name:
             call.name = name
         arguments = shape.opt_text(function.get("arguments"), "tool_call.function.arguments")
-        if arguments:
-            call.arguments.append(arguments)
+        if not arguments:
+            return None
+        call.arguments.append(arguments)
+        if not call.id:
+            call.id = _new_id()
+        return ToolCallDelta(call_id=call.id, name=call.name, arguments_delta=arguments)
 
     def response(self) -> ModelResponse:
         calls: list[ContentBlock] = []

@@ -18,6 +18,7 @@ import attrs
 
 from ._arguments import bound_arguments
 from ._errors import FatalProviderError, ProviderError
+from ._http import arguments_text
 from ._settings import ModelSettings
 from ._types import (
     IMAGE_TOKENS_ESTIMATE,
@@ -33,6 +34,7 @@ from ._types import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -72,7 +74,8 @@ class Reply:
 
 @attrs.frozen(kw_only=True)
 class Fault:
-    """A scripted failure: raise ``error`` (after streaming ``after_text``, if given)."""
+    """A scripted failure: raise ``error`` (after streaming ``after_text``, if given,
+    in the provider's ``chunk_size`` pieces)."""
 
     error: ProviderError
     #: Text streamed before the failure, to script a stream cut off mid-way.
@@ -92,8 +95,12 @@ class ScriptedProvider:
     """A provider that answers from a script, with optional latency.
 
     ``latency_s`` is waited before the first delta of every request;
-    ``chunk_size`` splits text into deltas of that many characters (``None``:
-    one delta), with ``chunk_latency_s`` between them. A request's
+    ``chunk_size`` streams a reply in pieces of that many characters, with
+    ``chunk_latency_s`` between them: its text as ``TextDelta`` items, then
+    each tool call's arguments (as JSON text) as ``ToolCallDelta`` items, as a
+    wire provider streams them. Without it (``None``) the text comes as one
+    delta and the tool calls only in the response: the cheapest stream, which
+    the benchmarks use. A request's
     ``max_tokens`` is honoured: longer text is cut and stops ``max_tokens``.
     With ``record=True`` every request is kept in :attr:`requests`.
 
@@ -146,7 +153,11 @@ class ScriptedProvider:
         input_tokens = estimate_input_tokens(request)
         if isinstance(item, Fault):
             if item.after_text:
-                yield TextDelta(text=item.after_text)
+                text, step = item.after_text, self.chunk_size or len(item.after_text)
+                for start in range(0, len(text), step):
+                    if start and self.chunk_latency_s:
+                        await anyio.sleep(self.chunk_latency_s)
+                    yield TextDelta(text=text[start : start + step])
                 yield UsageDelta(
                     usage=TokenUsage(
                         input_tokens=input_tokens, output_tokens=_tokens(item.after_text)
@@ -199,6 +210,16 @@ class ScriptedProvider:
                 break
             out_tokens += size
             content.append(ToolUseBlock(id=call_id, name=call.name, input=arguments))
+            if self.chunk_size:
+                try:
+                    raw = arguments_text(arguments)
+                except (TypeError, ValueError):  # a script's arguments no model could send
+                    raw = repr(arguments)
+                for start in range(0, len(raw), self.chunk_size):
+                    piece = raw[start : start + self.chunk_size]
+                    chunks.append(
+                        [ToolCallDelta(call_id=call_id, name=call.name, arguments_delta=piece)]
+                    )
         usage = reply.usage or TokenUsage(input_tokens=input_tokens, output_tokens=out_tokens)
         response = ModelResponse(
             content=tuple(content),

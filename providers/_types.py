@@ -357,7 +357,23 @@ ZERO_USAGE = TokenUsage()
 
 @attrs.frozen(kw_only=True)
 class TextDelta:
+    """A piece of the answer's text, as it streams in."""
+
     text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallDelta:
+    """A piece of a tool call's arguments (JSON text), as it streams in.
+
+    ``call_id`` and ``name`` repeat on every piece of one call; the pieces of
+    one call, joined, are its arguments' JSON text. The call itself, parsed,
+    comes in the :class:`ModelResponse`.
+    """
+
+    call_id: str
+    name: str
+    arguments_delta: str
 
 
 @attrs.frozen(kw_only=True)
@@ -385,7 +401,7 @@ class ModelResponse:
         return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
 
 
-StreamItem = TextDelta | UsageDelta | ModelResponse
+StreamItem = TextDelta | ToolCallDelta | UsageDelta | ModelResponse
 
 
 @attrs.frozen(kw_only=True)

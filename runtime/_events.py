@@ -220,6 +220,44 @@ class LessonStored(Event):
 
 
 @attrs.frozen(kw_only=True)
+class TextDelta(Event):
+    """A piece of a model call's text as it streams (DESIGN §17). Live only.
+
+    Deltas go only to readers that ask for them (``handle.events(deltas=True)``,
+    ``handle.stream_text()``, a sink with ``deltas = True``); they are never
+    kept in the trail, never replayed, and never in ``RunResult.events``: the
+    whole text is in the call's ``ModelCallFinished``. A delta takes no number
+    of its own: its ``seq`` is that of the last kept event before it (its
+    call's ``ModelCallStarted``, or a later one), so the kept trail stays
+    gap-free, and sorting a reader's events by ``seq`` (stably) keeps them in order.
+    ``round`` is the round of its call. A reader that falls behind gets the
+    text joined (per call and attempt), never less of it.
+    """
+
+    text: str
+    #: The run's model call it belongs to, from 0 (retries of one call share it).
+    call_index: int
+    #: The provider attempt (from 1): after a ``ProviderRetry`` the call's text starts over.
+    attempt: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallDelta(Event):
+    """A piece of a tool call's arguments (JSON text) as it streams. Live only, as
+    :class:`TextDelta` is; the parsed call is in ``ModelCallFinished.tool_calls``."""
+
+    call_id: str
+    name: str
+    arguments_delta: str
+    call_index: int = 0
+    attempt: int = 1
+
+
+#: The live-only events: never kept, never replayed.
+DELTA_TYPES = (TextDelta, ToolCallDelta)
+
+
+@attrs.frozen(kw_only=True)
 class RunFinished(Event):
     termination: Termination
     usage: Usage
@@ -254,6 +292,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildCrashed,
         ChildRunFinished,
         RunFinished,
+        TextDelta,
+        ToolCallDelta,
     )
 }
 

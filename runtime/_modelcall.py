@@ -42,6 +42,7 @@ from tether.providers import (
     StopReason,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     UsageDelta,
 )
 
@@ -178,6 +179,8 @@ class ModelClient:
                     break
                 match item:
                     case TextDelta():
+                        if trail.streaming:  # someone reads deltas (else: none is built)
+                            _live(trail, item, meter.model_calls - 1, attempt)
                         if estimating:
                             streamed_bytes += len(item.text.encode("utf-8", "replace"))
                             output = -(-streamed_bytes // BYTES_PER_TOKEN)
@@ -210,6 +213,9 @@ class ModelClient:
                         accounts.record("model", item.usage, accounts.cost(item.usage))
                         seen = TokenUsage()
                         return self._finished(item)
+                    case ToolCallDelta():  # after the common items: they pay no check for it
+                        if trail.streaming:
+                            _live(trail, item, meter.model_calls - 1, attempt)
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
                         seen = TokenUsage()
@@ -274,6 +280,27 @@ class HeldModelClient(ModelClient):
             return await super().call(held)
         finally:
             accounts.release()
+
+
+def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:
+    """Hand a provider's delta to the run's delta readers, as a live event (DESIGN §17)."""
+    if isinstance(item, TextDelta):
+        trail.delta(
+            ev.TextDelta(
+                **trail.delta_head(), text=item.text, call_index=call_index, attempt=attempt
+            )
+        )
+    else:
+        trail.delta(
+            ev.ToolCallDelta(
+                **trail.delta_head(),
+                call_id=item.call_id,
+                name=item.name,
+                arguments_delta=item.arguments_delta,
+                call_index=call_index,
+                attempt=attempt,
+            )
+        )
 
 
 def _context_exceeded(error: ContextWindowExceeded) -> ModelResponse:

@@ -134,7 +134,7 @@ class Run:
         price = agent.provider.price()
         # An unpriced model's cost is unknown (None) whatever the run charged, never zero.
         state.usage.unpriced = price is None
-        trail = self.trail = Trail(run_id, services.sink)
+        trail = self.trail = Trail(run_id, services.sink, services.delta_sink)
         self.accounts = Accounts(
             meter=state.usage,
             limits=agent.limits,

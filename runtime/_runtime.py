@@ -21,8 +21,8 @@ from ._perrun import prepare
 from ._result import RunResult
 from ._run import Run
 from ._services import RuntimeServices
-from ._sinks import EventSink, SinkStatus, SinkThread, combine
-from ._trail import EventStream
+from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
+from ._trail import EventStream, LiveEventStream, TextStream
 
 
 class BudgetExhausted(TetherError):
@@ -71,13 +71,33 @@ class RunHandle:
     def done(self) -> bool:
         return self._run.result is not None
 
-    def events(self) -> EventStream:
+    def events(self, *, deltas: bool = False) -> EventStream | LiveEventStream:
         """Every event of the run from the first, then live ones until ``RunFinished``.
 
         Events are kept by the run, so a slow reader never stalls it and never
         misses one; any number of readers may follow one run.
+
+        With ``deltas=True`` the live :class:`~tether.events.TextDelta` and
+        :class:`~tether.events.ToolCallDelta` events (DESIGN §17) come too, in
+        order between the kept events, from the moment this is called: they are
+        not kept, so earlier ones are not replayed. A reader that falls behind
+        gets them joined per call, never fewer characters, and never stalls the run.
         """
+        if deltas:
+            return self._run.trail.follow_live()
         return self._run.follow()
+
+    def stream_text(self) -> TextStream:
+        """The text of the run's model calls as it arrives, until the run ends.
+
+        ``async for chunk in handle.stream_text(): ...`` — live from the moment
+        it is called (call it right after ``start`` to get all of it); a slow
+        reader gets the chunks it missed joined, never less text. The text of
+        every call, consecutive calls included, comes in order; after a
+        ``ProviderRetry`` the retried call's text starts over. A run nobody
+        streams pays nothing for this.
+        """
+        return self._run.trail.stream_text()
 
     def cancel(self, reason: str = "cancelled") -> None:
         """End the run now: in-flight calls are cancelled, the run ends ``cancelled``."""
@@ -190,6 +210,9 @@ class Runtime:
             new_run_id=self.new_run_id,
             budget_spent=self._budget_spent,
             run_finished=self._forget,
+            delta_sink=self._sink_thread.delta
+            if self._sink_thread is not None and wants_deltas(self._sink)
+            else None,
         )
         tg = anyio.create_task_group()
         await tg.__aenter__()

@@ -35,6 +35,7 @@ class RuntimeServices:
         new_run_id: Callable[[], str],
         budget_spent: Callable[[str, Hit], None],
         run_finished: Callable[[str], None],
+        delta_sink: Callable[[ev.TextDelta | ev.ToolCallDelta], object] | None = None,
     ) -> None:
         self.http = HttpPool()
         self.threads = ToolThreads(tool_threads)
@@ -47,6 +48,8 @@ class RuntimeServices:
         self.budget = budget
         #: Where every run sends its events (guarded: see ``combine``), or ``None``.
         self.sink = sink
+        #: Where runs send their live deltas, when a sink asked for them; else ``None``.
+        self.delta_sink = delta_sink
         #: A fresh run id (for sub-agents' runs).
         self.new_run_id = new_run_id
         #: The Runtime's budget is spent (by the run named): every other run ends.

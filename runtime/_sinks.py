@@ -39,23 +39,34 @@ import attrs
 
 import tether.runtime._events as ev
 
+from ._deltas import Delta, Pending
+
 EventSink = Callable[[ev.Event], object]
 
 _write = os.write  # JsonlSink's one way to the file (a test makes it fail)
 
 
+def wants_deltas(sink: object) -> bool:
+    """Whether ``sink`` asks for the live deltas too (a ``deltas = True`` attribute)."""
+    return getattr(sink, "deltas", False) is True
+
+
 class _Combined:
     """Calls each sink in turn; a sink that raises is reported once and skipped."""
 
-    __slots__ = ("_failed", "sinks")
+    __slots__ = ("_failed", "_live", "deltas", "sinks")
 
     def __init__(self, sinks: Sequence[EventSink]) -> None:
         self.sinks = tuple(sinks)
         self._failed: set[int] = set()
+        self._live = tuple(wants_deltas(s) for s in self.sinks)
+        #: Some sink asks for the live deltas (each gets them only if it asked).
+        self.deltas = any(self._live)
 
     def __call__(self, event: ev.Event) -> None:
+        delta = self.deltas and isinstance(event, ev.DELTA_TYPES)
         for i, sink in enumerate(self.sinks):
-            if i in self._failed:
+            if i in self._failed or (delta and not self._live[i]):
                 continue
             try:
                 sink(event)
@@ -88,12 +99,32 @@ _STOP = object()
 
 
 class SinkThread:
-    """Calls ``sink`` with every event from a daemon thread of its own (see the module)."""
+    """Calls ``sink`` with every event from a daemon thread of its own (see the module).
 
-    __slots__ = ("_closed", "_queue", "_thread", "_warned", "delivered", "dropped", "sink")
+    With ``deltas=True`` it also takes the runs' live deltas (:meth:`delta`).
+    They go through the same queue, in order with the events; a delta that
+    finds the previous one of the same call still waiting (with no event
+    queued after it) is joined to it, so a slow sink gets fewer, longer deltas,
+    not a backlog filled by them.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_lock",
+        "_open",
+        "_queue",
+        "_thread",
+        "_warned",
+        "delivered",
+        "dropped",
+        "sink",
+    )
 
     def __init__(self, sink: EventSink, backlog: int) -> None:
         self.sink = sink
+        # The newest queued delta while no event is queued after it: joinable.
+        self._open: Pending | None = None
+        self._lock = threading.Lock()
         self._queue: queue.Queue[object] = queue.Queue(backlog)
         self.delivered = 0
         self.dropped = 0
@@ -104,21 +135,40 @@ class SinkThread:
 
     def __call__(self, event: ev.Event) -> None:
         """Queue ``event`` for the sink; never blocks (a full backlog drops it, counted)."""
+        self._open = None  # a delta after this event must not join one before it
+        self._put(event)
+
+    def delta(self, delta: Delta) -> None:
+        """Queue a live delta for the sink, joined to the one waiting before it if it can."""
+        with self._lock:
+            waiting = self._open
+            if waiting is not None and waiting.joins(delta):
+                waiting.join(delta)
+                return
+            pending = Pending(0, delta)
+            self._open = pending if self._put(pending) else None
+
+    def _put(self, event: ev.Event | Pending) -> bool:
         try:
             # With the emitting run's context: contextvars (an OpenTelemetry
             # span, say) read in the sink are the run's, as if it were called inline.
             self._queue.put_nowait((contextvars.copy_context(), event))
         except queue.Full:
-            self.dropped += 1
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"tether: event sink {self.sink!r} is {self._queue.maxsize} events behind; "
-                    "events for it are dropped (and counted: Runtime.sink_status) until it "
-                    "catches up",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            self._count_drop()
+            return False
+        return True
+
+    def _count_drop(self) -> None:
+        self.dropped += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"tether: event sink {self.sink!r} is {self._queue.maxsize} events behind; "
+                "events for it are dropped (and counted: Runtime.sink_status) until it "
+                "catches up",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     @property
     def status(self) -> SinkStatus:
@@ -129,7 +179,12 @@ class SinkThread:
             item = self._queue.get()
             if item is _STOP:
                 return
-            context, event = cast("tuple[contextvars.Context, ev.Event]", item)
+            context, event = cast("tuple[contextvars.Context, ev.Event | Pending]", item)
+            if isinstance(event, Pending):
+                with self._lock:  # taken: no later delta joins it now
+                    if self._open is event:
+                        self._open = None
+                event = event.event()
             context.run(self.sink, event)
             self.delivered += 1
 
@@ -202,6 +257,10 @@ class JsonlSink:
     such as ``jq`` refuse) raises ``TypeError`` instead of being written as
     some string, and the Runtime then reports the sink as failed.
 
+    With ``deltas=True`` it also writes the runs' live deltas (DESIGN §17),
+    which are otherwise in no trail; they share the ``seq`` of the event
+    before them.
+
     Use it as a context manager, or call :meth:`close` when the Runtime is
     done::
 
@@ -210,7 +269,7 @@ class JsonlSink:
                 ...
     """
 
-    __slots__ = ("_buffer", "_failed", "_fd", "max_buffered", "path")
+    __slots__ = ("_buffer", "_failed", "_fd", "deltas", "max_buffered", "path")
 
     def __init__(
         self,
@@ -218,6 +277,7 @@ class JsonlSink:
         *,
         mode: Literal["a", "w"] = "a",
         max_buffered: int = 1024,
+        deltas: bool = False,
     ) -> None:
         if mode not in ("a", "w"):
             raise ValueError(f"JsonlSink(mode=...) must be 'a' or 'w', got {mode!r}")
@@ -225,6 +285,8 @@ class JsonlSink:
             raise ValueError(f"JsonlSink(max_buffered=...) must be >= 1, got {max_buffered!r}")
         self.path = os.fspath(path)
         self.max_buffered = max_buffered
+        #: Also write the live deltas (``TextDelta``, ``ToolCallDelta``).
+        self.deltas = bool(deltas)
         self._buffer: list[str] = []
         self._failed: BaseException | None = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)

@@ -24,12 +24,18 @@ is recorded compactly, as one number the garbage collector does not track
 follower, by ``RunResult.events``, by a summary. What a reader sees is the same
 either way. (With thousands of runs in flight, the collector's time is most of
 the wall time, and it grows with the tracked objects the runs keep.)
+
+Deltas (DESIGN §17) pass through the trail without being kept: :meth:`delta`
+hands one to each reader that asked (see :mod:`._deltas`) and to the sink's
+delta channel, if one asked. ``streaming`` says whether anyone did; the model
+client reads it before building a delta, so a run nobody streams builds none.
 """
 
 from __future__ import annotations
 
 import time
 import typing
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypedDict, overload
@@ -37,6 +43,8 @@ from typing import Any, TypedDict, overload
 import anyio
 
 import tether.runtime._events as ev
+
+from ._deltas import Delta, DeltaBuffer
 
 
 class Head(TypedDict):
@@ -51,9 +59,26 @@ class Head(TypedDict):
 class Trail:
     """A run's events: appended while it runs, frozen into a tuple when it ends."""
 
-    __slots__ = ("_events", "_finished", "_next", "_open", "_sink", "_waiter", "round", "run_id")
+    __slots__ = (
+        "_delta_sink",
+        "_events",
+        "_finished",
+        "_next",
+        "_open",
+        "_readers",
+        "_sink",
+        "_waiter",
+        "round",
+        "run_id",
+        "streaming",
+    )
 
-    def __init__(self, run_id: str, sink: Callable[[ev.Event], object] | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        sink: Callable[[ev.Event], object] | None = None,
+        delta_sink: Callable[[Delta], object] | None = None,
+    ) -> None:
         self.run_id = run_id
         #: The round the next events belong to (0 during preparation).
         self.round = 0
@@ -65,6 +90,11 @@ class Trail:
         # The stages open now, innermost last; and the one stage() names next.
         self._open: list[ev.Stage] = []
         self._next: ev.Stage = "input"
+        #: Someone wants this run's deltas (a reader, or the sink): build them.
+        self.streaming = delta_sink is not None
+        self._delta_sink = delta_sink
+        # The delta readers' buffers; no list until the first reader (most runs have none).
+        self._readers: list[weakref.ref[DeltaBuffer]] | None = None
 
     # ----------------------------------------------------------------- writing
 
@@ -85,6 +115,59 @@ class Trail:
             self._waiter = None
         if self._sink is not None:
             self._sink(event)
+
+    def delta_head(self) -> Head:
+        """The header of a delta: the ``seq`` of the last kept event (deltas take no number)."""
+        return {
+            "run_id": self.run_id,
+            "seq": len(self._events) - 1,
+            "round": self.round,
+            "at": time.time(),
+        }
+
+    def delta(self, delta: Delta) -> None:
+        """Hand ``delta`` to every reader that asked for deltas, and to the sink's channel.
+
+        Never kept, never blocks: a reader behind gets it joined (see :mod:`._deltas`).
+        """
+        if self._delta_sink is not None:
+            self._delta_sink(delta)
+        pos, dead = len(self._events), False
+        for ref in self._readers or ():
+            buffer = ref()
+            if buffer is None:
+                dead = True
+            else:
+                buffer.push(pos, delta)
+        if dead:
+            self._prune()
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def listen(self, buffer: DeltaBuffer) -> DeltaBuffer:
+        """Subscribe ``buffer`` to the run's deltas from now on (none once it has ended)."""
+        if self._finished is None:
+            # The callback unsubscribes a reader dropped without aclose() (a break,
+            # a cancelled task) at once. It refers back to the trail: finish()
+            # drops the refs, so a finished run is still freed by reference counting.
+            if self._readers is None:
+                self._readers = []
+            self._readers.append(weakref.ref(buffer, self._dropped))
+            self.streaming = True
+        return buffer
+
+    def forget(self, buffer: DeltaBuffer) -> None:
+        """Unsubscribe ``buffer``."""
+        self._readers = [r for r in self._readers or () if r() not in (None, buffer)]
+        self.streaming = bool(self._readers) or self._delta_sink is not None
+
+    def _dropped(self, ref: weakref.ref[DeltaBuffer]) -> None:
+        self._prune()
+
+    def _prune(self) -> None:
+        self._readers = [r for r in self._readers or () if r() is not None]
+        self.streaming = bool(self._readers) or self._delta_sink is not None
 
     def stage(self, stage: ev.Stage) -> Trail:
         """A bracket around one stage of the run (see the module docstring)."""
@@ -142,6 +225,10 @@ class Trail:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = EventLog(self.run_id, self._events)
         self._events = []
+        # Readers drain what their buffers hold; nothing more comes.
+        self._readers = None
+        self.streaming = False
+        self._delta_sink = None
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -176,9 +263,24 @@ class Trail:
                 self._waiter = anyio.Event()
             await self._waiter.wait()
 
+    async def wait_change(self) -> None:
+        """Wait for the next kept event, delta, or the end of the trail."""
+        if self._finished is None:
+            if self._waiter is None:
+                self._waiter = anyio.Event()
+            await self._waiter.wait()
+
     def follow(self) -> EventStream:
         """Every event from the first, then live ones, until the trail is finished."""
         return EventStream(self)
+
+    def follow_live(self) -> LiveEventStream:
+        """:meth:`follow`, with the live deltas from now on between the kept events."""
+        return LiveEventStream(self)
+
+    def stream_text(self) -> TextStream:
+        """The text of the run's model calls from now on, as it arrives."""
+        return TextStream(self)
 
 
 class EventStream:
@@ -284,3 +386,69 @@ class EventLog(Sequence[ev.Event]):
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles (and copies) as the plain tuple of its events.
         return (tuple, (tuple(self),))
+
+
+class LiveEventStream:
+    """``handle.events(deltas=True)``: the kept events (replayed, then live) with
+    the live deltas between them, in the order they happened.
+
+    Deltas from before the stream was made are not replayed. It subscribes
+    when it is made, so ``rt.start(...)`` followed by ``handle.events(deltas=True)``
+    sees every delta of the run.
+    """
+
+    __slots__ = ("_buffer", "_index", "_trail")
+
+    def __init__(self, trail: Trail) -> None:
+        self._trail = trail
+        self._index = 0
+        self._buffer = trail.listen(DeltaBuffer())
+
+    def __aiter__(self) -> LiveEventStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        trail, buffer = self._trail, self._buffer
+        while True:
+            if buffer.ready(self._index):
+                return buffer.pop()
+            if self._index < len(trail):
+                event = trail.event(self._index)
+                self._index += 1
+                return event
+            if trail.finished:
+                raise StopAsyncIteration
+            await trail.wait_change()
+
+    async def aclose(self) -> None:
+        """Stop following: the run keeps no deltas for this stream any more."""
+        self._trail.forget(self._buffer)
+
+
+class TextStream:
+    """``handle.stream_text()``: the text of the run's model calls as it arrives,
+    until the run ends. A slow reader gets the text joined, never less of it."""
+
+    __slots__ = ("_buffer", "_trail")
+
+    def __init__(self, trail: Trail) -> None:
+        self._trail = trail
+        self._buffer = trail.listen(DeltaBuffer(text_only=True))
+
+    def __aiter__(self) -> TextStream:
+        return self
+
+    async def __anext__(self) -> str:
+        trail, buffer = self._trail, self._buffer
+        while True:
+            if len(buffer):
+                delta = buffer.pop()
+                assert isinstance(delta, ev.TextDelta)
+                return delta.text
+            if trail.finished:
+                raise StopAsyncIteration
+            await trail.wait_change()
+
+    async def aclose(self) -> None:
+        """Stop following: the run keeps no text for this stream any more."""
+        self._trail.forget(self._buffer)

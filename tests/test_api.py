@@ -289,6 +289,8 @@ EXAMPLES: list[ev.Event] = [
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"
     ),
+    ev.TextDelta(**BASE, text="par", call_index=0, attempt=2),
+    ev.ToolCallDelta(**BASE, call_id="t1", name="add", arguments_delta='{"a": ', call_index=1),
 ]
 
 

@@ -9,6 +9,7 @@ never make the run end ``crashed``.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import anyio
@@ -226,3 +227,79 @@ async def test_tool_reply_closed_while_cancelling_is_a_cancellation() -> None:
     (finished,) = of(trail.events, ev.ToolCallFinished)
     assert finished.outcome == "cancelled"
     assert [type(b).__name__ for b in state.messages[-1].content] == ["ToolResultBlock"]
+
+
+# ------------------------------------------------- streaming (DESIGN §17)
+
+
+def streaming_agent() -> tether.Agent:
+    """An answer that streams in many small pieces, slowly."""
+    provider = ScriptedProvider([Reply(text="a" * 64)], chunk_size=2, chunk_latency_s=0.01)
+    return tether.Agent(name="s", provider=provider)
+
+
+def until_text(stream: Any) -> Reached:
+    """Reached once ``stream`` (a delta stream made before the run began) gave a text delta."""
+
+    async def wait(handle: tether.RunHandle) -> None:
+        async for item in stream:
+            if isinstance(item, str | ev.TextDelta):
+                break
+        await anyio.wait_all_tasks_blocked()
+
+    return wait
+
+
+@pytest.mark.parametrize("deltas", ["stream_text", "events"])
+async def test_cancel_a_run_mid_stream_ends_its_delta_readers(deltas: str) -> None:
+    """A run cancelled while a delta reader follows it ends cancelled; the reader ends too."""
+    before = {t.id for t in anyio.get_running_tasks()}
+    with anyio.fail_after(20):
+        async with tether.Runtime() as rt:
+            handle = rt.start(streaming_agent(), "q")
+            stream = handle.stream_text() if deltas == "stream_text" else handle.events(deltas=True)
+            await until_text(stream)(handle)
+            handle.cancel("swept")
+            rest = [item async for item in stream]  # ends with the run, nothing left hanging
+            result = await handle.result()
+    assert {t.id for t in anyio.get_running_tasks()} == before, "a task outlived the Runtime"
+    assert result.termination is tether.Termination.CANCELLED
+    assert_consistent(result)
+    if deltas == "events":
+        assert isinstance(rest[-1], ev.RunFinished)
+    assert not result.events[-1].output
+
+
+@pytest.mark.parametrize("deltas", ["stream_text", "events"])
+async def test_cancel_a_delta_reader_parked_in_its_wait(deltas: str) -> None:
+    """A reader cancelled while it waits for the next delta leaves the run unharmed and
+    subscribed to nothing: the run answers, streaming to no one."""
+    before = {t.id for t in anyio.get_running_tasks()}
+    with anyio.fail_after(20):
+        async with tether.Runtime() as rt:
+            handle = rt.start(streaming_agent(), "q")
+            trail = handle._run.trail
+            first = anyio.Event()
+
+            async def reader() -> None:
+                stream = (
+                    handle.stream_text() if deltas == "stream_text" else handle.events(deltas=True)
+                )
+                async for item in stream:
+                    if isinstance(item, str | ev.TextDelta):
+                        first.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                await first.wait()
+                await anyio.wait_all_tasks_blocked()  # the reader is parked in its wait
+                tg.cancel_scope.cancel()
+            # The cancellation's traceback holds the reader's frame in a cycle: once
+            # that is collected, the buffer goes and the run streams to no one.
+            gc.collect()
+            assert not trail.streaming, "the cancelled reader's buffer went with it"
+            result = await handle.result()
+    assert {t.id for t in anyio.get_running_tasks()} == before, "a task outlived the Runtime"
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "a" * 64
+    assert_consistent(result)

@@ -70,13 +70,17 @@ servers = pytest.mark.parametrize(
 
 @asynccontextmanager
 async def serving(
-    kind: str, *, tokens: dict[str, str] | None = TOKENS, settings: Settings | None = None
+    kind: str,
+    *,
+    tokens: dict[str, str] | None = TOKENS,
+    settings: Settings | None = None,
+    agents: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[str, Service]]:
     """The example ``kind`` served on a free port: its base URL and its Service."""
     settings = settings or Settings(shutdown_grace_s=0.1)
     with anyio.fail_after(BOUND_S):
         if kind == "fastapi":
-            app = fastapi_service.create_app(tokens=tokens, settings=settings)
+            app = fastapi_service.create_app(agents, tokens=tokens, settings=settings)
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
@@ -90,7 +94,7 @@ async def serving(
                     finally:
                         server.should_exit = True
         else:
-            app = trio_service.create_app(tokens=tokens, settings=settings)
+            app = trio_service.create_app(agents, tokens=tokens, settings=settings)
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
                 binds = await tg.start(
@@ -229,6 +233,48 @@ async def test_a_run_streams_replays_and_cancels(kind: str) -> None:
         assert result["termination"] == "cancelled"
         assert result["output"] is None
         assert (await client.delete(f"/runs/{slow_id}")).status_code == 202  # harmless
+
+
+@pytest.mark.anyio
+@servers
+async def test_deltas_stream_over_sse_before_the_run_ends(kind: str) -> None:
+    """With ?deltas=true a client gets the text as it streams, while the run still goes on."""
+    agents = {"demo": demo_agent(latency_s=0.01, chunk_latency_s=0.05)}
+    async with (
+        serving(kind, agents=agents) as (url, _),
+        httpx.AsyncClient(base_url=url, headers=ALICE, timeout=5) as client,
+    ):
+        run_id = await start(client)
+        status_at_first_text = None
+        messages: list[ServerSentEvent] = []
+        async with aconnect_sse(client, "GET", f"/runs/{run_id}/events?deltas=true") as source:
+            async for sse in source.aiter_sse():
+                if sse.event == "TextDelta" and status_at_first_text is None:
+                    status_at_first_text = (await client.get(f"/runs/{run_id}")).json()["status"]
+                messages.append(sse)
+        assert status_at_first_text == "running"
+        deltas = [m for m in messages if m.event in ("TextDelta", "ToolCallDelta")]
+        # A delta has no id of its own: the client's last id stays the kept event's.
+        assert [m.id for m in deltas] == [str(load(m).seq) for m in deltas]
+        events = check_trail([m for m in messages if m not in deltas], run_id)
+        texts = [load(m) for m in deltas if m.event == "TextDelta"]
+        finished = [e for e in events if isinstance(e, ev.ModelCallFinished)]
+        assert len(texts) > len(finished), "the text came in pieces"
+        for index, call in enumerate(finished):
+            pieces = [
+                t.text for t in texts if isinstance(t, ev.TextDelta) and t.call_index == index
+            ]
+            assert "".join(pieces) == call.text
+        arguments = "".join(
+            d.arguments_delta for d in (load(m) for m in deltas) if isinstance(d, ev.ToolCallDelta)
+        )
+        assert json.loads(arguments) == {"text": "how many words is this"}
+        # Without the flag the same route sends the kept events only; a bad flag is 422.
+        assert [m.event for m in await read_events(client, run_id)] == [
+            type(e).__name__ for e in events
+        ]
+        response = await client.get(f"/runs/{run_id}/events?deltas=maybe")
+        assert response.status_code == 422
 
 
 # ------------------------------------------------------------- authentication

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from tether._demo import DemoAgent
 
 
+#: How much of the run in focus's text the live view shows (its tail).
+FOCUS_CHARS = 160
+#: How many characters of it one line of the view shows.
+FOCUS_SHOWN = 60
+
+
 @attrs.define
 class DemoStats:
     """Live counters of the demo, fed by the Runtime's event sink."""
@@ -45,6 +51,15 @@ class DemoStats:
     provider_retries: int = 0
     quality_retries: int = 0
     tool_calls: int = 0
+    #: The run whose text the live view streams, and the tail of that text.
+    focus_id: str | None = None
+    focus_text: str = ""
+
+    def focus(self, run_id: str) -> None:
+        self.focus_id, self.focus_text = run_id, ""
+
+    def stream(self, chunk: str) -> None:
+        self.focus_text = (self.focus_text + chunk)[-FOCUS_CHARS:]
 
     @property
     def done(self) -> int:
@@ -208,6 +223,19 @@ async def _demo(
             line = Text.assemble((demo.run_id, "dim"), "  ", (result.summary(), style))
             console.print(line, soft_wrap=True)
 
+    async def focus() -> None:
+        """Stream the text of one run in flight at a time into the live view."""
+        while True:
+            handle = next((h for h in handles if not h.done), None)
+            if handle is None:
+                if len(handles) == len(agents):
+                    return
+                await anyio.sleep(0.01)  # the runs are still being started
+                continue
+            stats.focus(handle.run_id)
+            async for chunk in handle.stream_text():
+                stats.stream(chunk)
+
     started = time.perf_counter()
     async with (
         Runtime(event_sink=observe) as rt,
@@ -216,6 +244,8 @@ async def _demo(
     ):
         for demo in agents:
             tg.start_soon(one, demo, name=f"demo:{demo.run_id}")
+        if console is not None:
+            tg.start_soon(focus, name="demo:focus")
     wall = time.perf_counter() - started
     order = {demo.run_id: demo.index for demo in agents}
     results.sort(key=lambda r: order[r.run_id])
@@ -260,6 +290,13 @@ class _LiveView:
         grid.add_row("cost", "unpriced" if s.unpriced else f"${s.cost_usd:.4f}")
         grid.add_row("retries", f"provider {s.provider_retries} · quality {s.quality_retries}")
         grid.add_row("tool calls", str(s.tool_calls))
+        if s.focus_id is not None:
+            # One line, however the text breaks, ending with the newest words.
+            text = " ".join(s.focus_text.split())[-FOCUS_SHOWN:]
+            grid.add_row(
+                "streaming",
+                Text.assemble((s.focus_id, "dim"), "  ", (text or "…", "italic"), no_wrap=True),
+            )
         elapsed = time.perf_counter() - self.started
         return Panel(
             Group(grid),

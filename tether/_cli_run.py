@@ -1,4 +1,8 @@
-"""``tether run``: load an agent from a module, swap its provider if asked, stream its answer."""
+"""``tether run``: load an agent from a module, swap its provider if asked, stream its answer.
+
+The answer goes to stdout as its text deltas arrive (``handle.events(deltas=True)``);
+the side notes (tools, retries, judgements, the summary) go to stderr.
+"""
 
 from __future__ import annotations
 
@@ -78,18 +82,39 @@ async def _run(agent: Agent, input: str, sink: JsonlSink | None) -> int:
 
 
 async def _follow(handle: RunHandle, out: TextIO, err: TextIO) -> None:
-    """Print the answer's text as each model call finishes, and side notes on stderr."""
+    """Print the answer's text as it streams, and side notes on stderr.
+
+    Text deltas go to stdout as they arrive; a call that streamed none (a
+    provider that sends its answer whole) is printed when it finishes. Each
+    call's text ends its line, except a response cut off by ``max_tokens``,
+    which the next call continues. A retried call's text starts on a new line.
+    """
     arguments: dict[str, Any] = {}
     open_line = False  # the last text printed did not end its line
-    async for event in handle.events():
-        if isinstance(event, ev.ModelCallFinished) and event.text:
-            # A response cut off by max_tokens is continued by the next call.
-            open_line = event.stop_reason == "max_tokens" and not event.tool_calls
-            _write(out, event.text, end="" if open_line else "\n")
+    streamed = False  # the current call's text went out as deltas
+    async for event in handle.events(deltas=True):
+        if isinstance(event, ev.TextDelta):
+            if event.text:
+                _write(out, event.text, end="")
+                open_line = streamed = True
             continue
-        if open_line and isinstance(event, ev.ModelCallFinished | ev.RunFinished):
-            _write(out, "")
-            open_line = False
+        if isinstance(event, ev.ToolCallDelta):
+            continue
+        if isinstance(event, ev.ModelCallFinished):
+            if event.text and not streamed:
+                _write(out, event.text, end="")
+                open_line = True
+            streamed = False
+            # A response cut off by max_tokens is continued by the next call.
+            if open_line and not (event.stop_reason == "max_tokens" and not event.tool_calls):
+                _write(out, "")
+                open_line = False
+            continue
+        if isinstance(event, ev.ProviderRetry | ev.RunFinished):
+            if open_line:
+                _write(out, "")
+                open_line = False
+            streamed = False
         _narrate(event, arguments, err)
 
 

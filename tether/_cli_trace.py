@@ -51,7 +51,9 @@ def read_trace(path: str) -> dict[str, list[ev.Event]]:
 
     A last line cut short (the writer was killed mid-line: it has no newline and
     is not whole JSON) is skipped with a warning on stderr; a bad line anywhere
-    else is a :class:`DataError`.
+    else is a :class:`DataError`. Live deltas (``TextDelta``, ``ToolCallDelta``,
+    written by ``JsonlSink(deltas=True)``) are skipped: each call's whole text
+    is in its ``ModelCallFinished``.
     """
     import cattrs
 
@@ -88,6 +90,8 @@ def read_trace(path: str) -> dict[str, list[ev.Event]]:
                     raise DataError(f"{path}:{number}: {exc}") from None
                 except Exception as exc:
                     raise DataError(f"{path}:{number}: not a tether event: {exc}") from None
+                if isinstance(event, ev.DELTA_TYPES):
+                    continue  # live deltas (JsonlSink(deltas=True)): the text is in the trail
                 runs.setdefault(event.run_id, []).append(event)
     except FileNotFoundError:
         raise UsageError(f"no such file: {path!r}") from None

@@ -201,6 +201,10 @@ def _script(path: Path, topic: str, rng: random.Random) -> list[Reply | Fault]:
     return [Reply(tool_calls=[look]), draft, Reply(text=f"As I said, {fact}.")]
 
 
+#: Characters per streamed chunk of the scripted answers.
+CHUNK_CHARS = 6
+
+
 def build(count: int, *, seed: int = 0, latency_scale: float = 1.0) -> Sequence[DemoAgent]:
     """The demo's agents, deterministic for ``(count, seed)``."""
     if count < 1:
@@ -211,8 +215,13 @@ def build(count: int, *, seed: int = 0, latency_scale: float = 1.0) -> Sequence[
     for i, path in enumerate(paths(count, seed)):
         topic = TOPICS[rng.randrange(len(TOPICS))]
         latency = rng.uniform(0.010, 0.050) * latency_scale
+        # Streamed in small chunks, so the live view has text to show as it arrives.
         provider = ScriptedProvider(
-            _script(path, topic, rng), latency_s=latency, cost_per_mtok=PRICE
+            _script(path, topic, rng),
+            latency_s=latency,
+            chunk_size=CHUNK_CHARS,
+            chunk_latency_s=latency / 10,
+            cost_per_mtok=PRICE,
         )
         limits = Limits(max_steps=6, max_quality_retries=2, timeout_s=30)
         if path == "wandering":

@@ -1,5 +1,6 @@
 """The event classes of a run, ``dump``/``load`` for JSON, and ``summarize`` (DESIGN §12)."""
 
+from tether.runtime._events import DELTA_TYPES as DELTA_TYPES
 from tether.runtime._events import EVENT_TYPES as EVENT_TYPES
 from tether.runtime._events import ApprovalAnswered as ApprovalAnswered
 from tether.runtime._events import ApprovalRequested as ApprovalRequested
@@ -20,6 +21,8 @@ from tether.runtime._events import RunFinished as RunFinished
 from tether.runtime._events import RunStarted as RunStarted
 from tether.runtime._events import StageEntered as StageEntered
 from tether.runtime._events import StageExited as StageExited
+from tether.runtime._events import TextDelta as TextDelta
+from tether.runtime._events import ToolCallDelta as ToolCallDelta
 from tether.runtime._events import ToolCallFinished as ToolCallFinished
 from tether.runtime._events import ToolCallStarted as ToolCallStarted
 from tether.runtime._events import Transition as Transition

@@ -21,6 +21,7 @@ from tether.providers import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolDef,
     ToolResultBlock,
     ToolUseBlock,
@@ -193,6 +194,12 @@ async def test_tool_use_streaming_assembled_from_partial_json() -> None:
         ToolUseBlock(id="toolu_b", name="now", input={}),
         ToolUseBlock(id="toolu_c", name="broken", input='{"x": tru'),
     )
+    # Each input_json_delta piece streamed as it came, with its call's id and name.
+    assert [i for i in items if isinstance(i, ToolCallDelta)] == [
+        ToolCallDelta(call_id=call_id, name=name, arguments_delta=piece)
+        for call_id, name, pieces in tools
+        for piece in pieces
+    ]
 
 
 async def test_sse_split_mid_utf8_and_mid_json_escape() -> None:

@@ -121,6 +121,35 @@ def make_provider(kind: str, url: str, stream: bool) -> Any:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_a_run_streams_its_deltas_from_the_wire(kind: str, stream: bool) -> None:
+    """Text and tool-call deltas reach handle.events(deltas=True) and stream_text() from the
+    fake servers' streams (a whole answer as one delta each), the retried call included."""
+    answers = anthropic_answers(stream) if kind == "anthropic" else openai_answers(stream)
+    async with fake_server(*answers) as server:
+        provider = make_provider(kind, server.url, stream)
+        agent = tether.Agent(name="adder", instructions="Add.", provider=provider, tools=[add])
+        async with tether.Runtime() as rt:
+            handle = rt.start(agent, "What is 2 + 3?")
+            text = handle.stream_text()
+            live = [e async for e in handle.events(deltas=True)]
+            chunks = [c async for c in text]
+            result = await handle.result()
+    assert result.output == "The sum is 5."
+    assert [e for e in live if not isinstance(e, ev.DELTA_TYPES)] == list(result.events)
+    texts = of(live, ev.TextDelta)
+    # However they were joined for this reader (it may fall behind): each call's text.
+    by_call = ["".join(t.text for t in texts if t.call_index == i) for i in (0, 1)]
+    assert by_call == ["Let me add.", "The sum is 5."]
+    assert "".join(chunks) == "Let me add.The sum is 5."
+    calls = of(live, ev.ToolCallDelta)
+    assert {(c.call_id, c.name, c.call_index) for c in calls} == {
+        ("toolu_1" if kind == "anthropic" else "call_1", "add", 0)
+    }
+    assert json.loads("".join(c.arguments_delta for c in calls)) == {"a": 2, "b": 3}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
 async def test_multi_round_tool_use_run(kind: str, stream: bool) -> None:
     """A run goes through tool use, a 429 retry and an answer, with usage and cost right."""
     answers = anthropic_answers(stream) if kind == "anthropic" else openai_answers(stream)

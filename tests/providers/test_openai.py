@@ -21,6 +21,7 @@ from tether.providers import (
     TextBlock,
     TextDelta,
     TokenUsage,
+    ToolCallDelta,
     ToolDef,
     ToolResultBlock,
     ToolUseBlock,
@@ -52,6 +53,12 @@ from .openai_wire import (
 )
 
 pytestmark = pytest.mark.anyio
+
+
+def of_type(items: list[Any], cls: type[Any]) -> list[Any]:
+    """The stream items of one class, in order."""
+    return [i for i in items if isinstance(i, cls)]
+
 
 # ---------------------------------------------------------------- happy path
 
@@ -267,7 +274,16 @@ async def test_tool_calls_streamed_in_fragments_by_index() -> None:
     )
     body = sse_body(stream_chunks(text=(), tool_deltas=deltas, finish="tool_calls"))
     async with fake_server(sse_answer(body)) as server:
-        response = final(await collect(provider(server.url), REQUEST))
+        items = await collect(provider(server.url), REQUEST)
+    response = final(items)
+    # Each arguments piece streamed as it came, with its call's id and name.
+    assert [(d.call_id, d.name, d.arguments_delta) for d in of_type(items, ToolCallDelta)] == [
+        ("call_b", "fetch", '{"url": '),
+        ("call_a", "search", '{"q": "caf\\u00e9'),
+        ("call_b", "fetch", '"https://x.test"}'),
+        ("call_a", "search", ' cr\\u00e8me"}'),
+        ("call_c", "broken", '{"x": tr'),
+    ]
     assert response.stop_reason is StopReason.TOOL_USE
     assert response.content == (
         ToolUseBlock(id="call_a", name="search", input={"q": "café crème"}),
@@ -281,7 +297,14 @@ async def test_whole_response_with_tool_calls() -> None:
     tools = (("call_1", "now", ""), ("call_2", "add", '{"a": 1, "b": 2}'), ("call_3", "x", "{"))
     answer = json_answer(completion_json(text=None, tools=tools, finish="tool_calls"))
     async with fake_server(answer) as server:
-        response = final(await collect(provider(server.url, stream=False), REQUEST))
+        items = await collect(provider(server.url, stream=False), REQUEST)
+    response = final(items)
+    # Played as a stream: each call's whole arguments as one delta.
+    assert [(d.call_id, d.arguments_delta) for d in of_type(items, ToolCallDelta)] == [
+        ("call_1", "{}"),
+        ("call_2", '{"a":1,"b":2}'),
+        ("call_3", "{"),
+    ]
     assert response.text == ""
     assert response.tool_calls == (
         ToolUseBlock(id="call_1", name="now", input={}),

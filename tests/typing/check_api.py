@@ -74,6 +74,17 @@ async def use(agent: tether.Agent) -> None:
             again: events.Event = events.load(data)
             if isinstance(again, events.ApprovalRequested):
                 handle.approve(again.call_id)
+        streamed = rt.start(agent, "q")
+        text = streamed.stream_text()
+        async for live in streamed.events(deltas=True):
+            if isinstance(live, events.TextDelta):
+                piece: str = live.text
+                index: int = live.call_index
+                del piece, index
+            elif isinstance(live, events.ToolCallDelta):
+                arguments: str = live.arguments_delta
+                del arguments
+        chunks: list[str] = [chunk async for chunk in text]
         handle.cancel("done")
         handle.stop()
         photo = tether.Image.from_bytes(b"\x89PNG\r\n\x1a\n", "image/png")
@@ -81,7 +92,7 @@ async def use(agent: tether.Agent) -> None:
         transcript: list[tether.Message] = tether.load_messages(
             tether.dump_messages(looked.messages)
         )
-        del ok, cost, line, transcript
+        del ok, cost, line, transcript, chunks
     result = tether.run_sync(agent, "q")
     assert isinstance(result.output, str | None)
 
