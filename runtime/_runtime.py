@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -11,16 +12,18 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from tether.providers import TetherError
+from tether.providers import Message, TetherError
 
 from ._agent import Agent
 from ._budget import Budget, Hit
+from ._history import check_history
 from ._limits import Limits
 from ._result import RunResult
 from ._run import Run
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine
 from ._trail import EventStream
+from ._transcript import Transcript
 
 
 class BudgetExhausted(TetherError):
@@ -229,8 +232,14 @@ class Runtime:
         *,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        history: Sequence[Message] | None = None,
     ) -> RunHandle:
-        """Start a run and return its handle at once."""
+        """Start a run and return its handle at once.
+
+        ``history`` is the transcript the run continues (a previous
+        ``RunResult.messages``, say); it is checked here (see
+        :func:`~._history.check_history`) and comes first in the run's messages.
+        """
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
         if not isinstance(agent, Agent):
@@ -242,20 +251,28 @@ class Runtime:
                 f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
                 "raise it or reset it with Runtime.reset_budget()"
             )
+        transcript = Transcript.of(() if history is None else check_history(history))
         run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
-        run = Run(self._services, agent, input, run_id, parent_run_id)
+        run = Run(self._services, agent, input, run_id, parent_run_id, transcript)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
 
-    async def run(self, agent: Agent, input: str, *, run_id: str | None = None) -> RunResult:
-        """Run ``agent`` on ``input`` and return its result.
+    async def run(
+        self,
+        agent: Agent,
+        input: str,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Message] | None = None,
+    ) -> RunResult:
+        """Run ``agent`` on ``input`` and return its result (``history``: as for :meth:`start`).
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).
         """
-        handle = self.start(agent, input, run_id=run_id)
+        handle = self.start(agent, input, run_id=run_id, history=history)
         try:
             return await handle.result()
         finally:

@@ -7,6 +7,7 @@ from tether.actors import ToolError as ToolError
 from tether.actors import ToolSpec as ToolSpec
 from tether.actors import TransientToolError as TransientToolError
 from tether.actors import tool as tool
+from tether.providers import Message as Message
 from tether.providers import TetherError as TetherError
 from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
@@ -46,6 +47,7 @@ __all__ = [
     "Lesson",
     "LessonStore",
     "Limits",
+    "Message",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
