@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tether.providers import (
+    Message,
     ModelRequest,
     ModelResponse,
     TextBlock,
@@ -71,9 +72,28 @@ def estimate_input(request: ModelRequest) -> int:
     return sum(estimate_tokens(text) for text in texts if text)
 
 
+def estimate_message(message: Message) -> int:
+    """The estimated tokens of one message (its share of :func:`estimate_input`)."""
+    return sum(estimate_tokens(text) for text in _block_texts(message.content) if text)
+
+
+def estimate_overhead(request: ModelRequest) -> int:
+    """The estimated tokens of ``request`` besides its messages: system prompt and tools."""
+    texts = [request.system]
+    for tool in request.tools:
+        texts.extend((tool.name, tool.description, _json(tool.input_schema)))
+    return sum(estimate_tokens(text) for text in texts if text)
+
+
 def response_text(response: ModelResponse) -> str:
     """All of ``response``'s output, as the estimator counts it."""
     return "".join(_block_texts(response.content))
 
 
-__all__ = ["estimate_input", "estimate_tokens", "response_text"]
+__all__ = [
+    "estimate_input",
+    "estimate_message",
+    "estimate_overhead",
+    "estimate_tokens",
+    "response_text",
+]

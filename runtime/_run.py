@@ -163,7 +163,7 @@ class Run:
         self._model: ModelClient | None = None
         self._tool_actor: ActorRef[RunTools] | None = None
         self._judge: ActorRef[JudgeCandidate] | None = None
-        self._transcript = transcript
+        self._transcript = transcript or Transcript.of(agent)
 
     # ------------------------------------------------------------- the handle
 
@@ -220,7 +220,7 @@ class Run:
                 if self._cancel_reason is not None:
                     scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if self._transcript is not None:
-                    await self._transcript.begin(self.state, self.trail)
+                    await self._transcript.begin()
                 if admit:
                     async with self._services.admission():
                         await self._execute(scope)
@@ -402,6 +402,9 @@ class Run:
         with trail.stage("memory"):
             if self.agent.memory is not None:
                 await self._judgement().recall(state)
+            failed = None if self._transcript is None else await self._transcript.load(state, trail)
+            if failed is not None:
+                return failed
         with trail.stage("tools"):
             tools = self._tools = choose_tools(self.agent)
             state.discovery = tools.discovery
@@ -491,12 +494,13 @@ class Run:
     # -------------------------------------------------------------- context
 
     def _request(self) -> ModelRequest:
-        return ModelRequest(
+        request = ModelRequest(
             system=self.state.system,
             messages=tuple(self.state.messages),
             tools=self._tools.definitions(),
             max_tokens=self.accounts.clamp(),
         )
+        return request if self._transcript is None else self._transcript.bound(request)
 
     def _continue_text(self, response: ModelResponse) -> Decision:
         limits, state, meter = self.agent.limits, self.state, self.state.usage

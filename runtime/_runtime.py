@@ -16,6 +16,7 @@ from tether.providers import Message, TetherError
 
 from ._agent import Agent
 from ._budget import Budget, Hit
+from ._conversations import ConversationStore
 from ._history import check_history
 from ._limits import Limits
 from ._result import RunResult
@@ -23,7 +24,7 @@ from ._run import Run
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine
 from ._trail import EventStream
-from ._transcript import Transcript
+from ._transcript import Chat, Transcript, Turns
 
 
 class BudgetExhausted(TetherError):
@@ -127,6 +128,8 @@ class Runtime:
     ``max_concurrent_runs`` queues runs past that number (``None``: no limit);
     a run's ``timeout_s`` starts when it leaves the queue.
     ``provider_concurrency`` caps requests in flight per provider endpoint.
+    ``conversations`` is the store of ``start(..., conversation=ID)``; the
+    Runtime closes its connections on exit (a store reopens them when used again).
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class Runtime:
         event_sink: EventSink | None = None,
         sink_backlog: int = 10_000,
         limits: Limits | None = None,
+        conversations: ConversationStore | None = None,
     ) -> None:
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
@@ -171,6 +175,14 @@ class Runtime:
         self._sink = None if event_sink is None else combine(event_sink)
         self.sink_backlog = sink_backlog
         self._sink_thread: SinkThread | None = None
+        if conversations is not None and not isinstance(conversations, ConversationStore):
+            raise TypeError(
+                "Runtime(conversations=...) must be a tether.ConversationStore "
+                f"(InMemoryConversationStore, SQLiteConversationStore), got {conversations!r}"
+            )
+        #: Where ``conversation=`` runs load and append their messages, or ``None``.
+        self.conversations = conversations
+        self._turns = Turns()
         self._tg: TaskGroup | None = None
         self._services: RuntimeServices | None = None
         self._runs: dict[str, Run] = {}
@@ -220,6 +232,9 @@ class Runtime:
                     await services.http.aclose()
                 if self._sink_thread is not None:
                     await self._sink_thread.aclose(self.shutdown_grace_s)
+                if self.conversations is not None:
+                    with anyio.move_on_after(5):
+                        await self.conversations.aclose()
 
     async def _wait_all(self) -> None:
         while self._runs:
@@ -233,12 +248,16 @@ class Runtime:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         history: Sequence[Message] | None = None,
+        conversation: str | None = None,
     ) -> RunHandle:
         """Start a run and return its handle at once.
 
         ``history`` is the transcript the run continues (a previous
         ``RunResult.messages``, say); it is checked here (see
         :func:`~._history.check_history`) and comes first in the run's messages.
+        ``conversation`` names a conversation of ``Runtime(conversations=...)``:
+        the run starts from its messages, after the runs started on it before
+        have ended, and appends its new messages when it ends ok.
         """
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
@@ -251,11 +270,19 @@ class Runtime:
                 f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
                 "raise it or reset it with Runtime.reset_budget()"
             )
-        transcript = Transcript.of(() if history is None else check_history(history))
+        past = () if history is None else check_history(history)
+        if conversation is not None:
+            self._check_conversation(conversation, history)
         run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
-        run = Run(self._services, agent, input, run_id, parent_run_id, transcript)
+        chat = None
+        if conversation is not None:
+            assert self.conversations is not None
+            chat = Chat(self.conversations, conversation, self._turns.take(conversation))
+        run = Run(
+            self._services, agent, input, run_id, parent_run_id, Transcript.of(agent, past, chat)
+        )
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
@@ -267,17 +294,33 @@ class Runtime:
         *,
         run_id: str | None = None,
         history: Sequence[Message] | None = None,
+        conversation: str | None = None,
     ) -> RunResult:
-        """Run ``agent`` on ``input`` and return its result (``history``: as for :meth:`start`).
+        """Run ``agent`` on ``input`` and return its result (the keywords: as for :meth:`start`).
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).
         """
-        handle = self.start(agent, input, run_id=run_id, history=history)
+        handle = self.start(agent, input, run_id=run_id, history=history, conversation=conversation)
         try:
             return await handle.result()
         finally:
             if not handle.done:
                 handle.cancel("the caller of Runtime.run() was cancelled")
+
+    def _check_conversation(self, conversation: object, history: object) -> None:
+        if self.conversations is None:
+            raise ValueError(
+                "conversation= needs a conversation store: create the Runtime with "
+                "tether.Runtime(conversations=tether.SQLiteConversationStore('chats.db')) "
+                "(or InMemoryConversationStore())"
+            )
+        if not isinstance(conversation, str) or not conversation:
+            raise TypeError(f"conversation= must be a non-empty str, got {conversation!r}")
+        if history is not None:
+            raise ValueError(
+                "pass history= or conversation=, not both: a conversation's history is "
+                "what its store holds"
+            )
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
