@@ -33,7 +33,7 @@ import anyio.lowlevel
 import attrs
 
 import tether.runtime._events as ev
-from tether.providers import Message, ModelRequest
+from tether.providers import Message, ModelRequest, ToolDef
 
 from ._context import BoundingStrategy, ContextStrategy, KeepAll
 from ._conversations import ConversationStore
@@ -138,6 +138,7 @@ class Transcript:
         "_chat",
         "_history",
         "_last",
+        "_overhead",
         "_reserve",
         "_sizes",
         "_state",
@@ -145,6 +146,7 @@ class Transcript:
         "_synced",
         "_total",
         "_trail",
+        "_trimmed",
         "_whole",
         "_window",
     )
@@ -171,9 +173,13 @@ class Transcript:
         # estimate of what the model sees.
         self._whole: list[Message] = []
         self._synced = 0
+        self._trimmed = False
         self._last: Message | None = None
         self._sizes: list[int] = []
         self._total = 0
+        # The estimate of the system prompt and tools, kept with the objects it was
+        # made of (the run keeps both until discovery or recall changes them).
+        self._overhead: tuple[str, tuple[ToolDef, ...], int] | None = None
 
     @classmethod
     def of(
@@ -235,7 +241,11 @@ class Transcript:
         if window is None:
             return request
         reserve = request.max_tokens if request.max_tokens is not None else self._reserve
-        budget = window - estimate_overhead(request) - reserve
+        system, tools, overhead = self._overhead or ("", (), -1)
+        if overhead < 0 or system is not request.system or tools is not request.tools:
+            overhead = estimate_overhead(request)
+            self._overhead = (request.system, request.tools, overhead)
+        budget = window - overhead - reserve
         if total <= budget or not isinstance(self._strategy, BoundingStrategy):
             return request
         before = len(state.messages)
@@ -268,6 +278,7 @@ class Transcript:
         """
         synced = self._synced
         if synced and (len(messages) < synced or messages[synced - 1] is not self._last):
+            self._trimmed = True
             self._sizes = [estimate_message(m) for m in messages]
             self._total = sum(self._sizes)
         else:
@@ -295,7 +306,8 @@ class Transcript:
             if state is None:
                 return decision  # cut before its history was loaded
             self._sync(state.messages)
-            state.messages[:] = self._whole
+            if self._trimmed:
+                state.messages[:] = self._whole
             if chat is None or decision is None or decision.termination is None:
                 return decision
             if not decision.termination.ok:

@@ -132,6 +132,14 @@ async def test_a_transcript_below_the_window_is_estimated_once_per_message(
         return real(message)
 
     monkeypatch.setattr(_transcript, "estimate_message", counting)
+    overheads: list[object] = []
+    real_overhead = _transcript.estimate_overhead
+
+    def counting_overhead(request: Any) -> int:
+        overheads.append(request)
+        return real_overhead(request)
+
+    monkeypatch.setattr(_transcript, "estimate_overhead", counting_overhead)
     script = [
         Reply(tool_calls=[ToolCall(name="add", arguments={"a": i, "b": 1})]) for i in range(5)
     ]
@@ -141,6 +149,7 @@ async def test_a_transcript_below_the_window_is_estimated_once_per_message(
     assert result.termination is tether.Termination.ANSWERED
     assert len(counted) == len(result.messages)
     assert len({id(m) for m in counted}) == len(counted)
+    assert len(overheads) == 1  # the system prompt and tools: once, not every round
 
 
 def test_a_run_without_window_history_or_trimming_gets_no_transcript() -> None:
