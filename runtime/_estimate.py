@@ -73,16 +73,17 @@ def estimate_input(request: ModelRequest) -> int:
 
 
 def estimate_message(message: Message) -> int:
-    """The estimated tokens of one message (its share of :func:`estimate_input`)."""
-    return sum(estimate_tokens(text) for text in _block_texts(message.content) if text)
+    """The estimated tokens of one message: its share of :func:`estimate_input`.
+
+    Defined through :func:`estimate_input`, so the two always count alike: the
+    messages' shares and :func:`estimate_overhead` add up to the request's estimate.
+    """
+    return estimate_input(ModelRequest(system="", messages=(message,)))
 
 
 def estimate_overhead(request: ModelRequest) -> int:
     """The estimated tokens of ``request`` besides its messages: system prompt and tools."""
-    texts = [request.system]
-    for tool in request.tools:
-        texts.extend((tool.name, tool.description, _json(tool.input_schema)))
-    return sum(estimate_tokens(text) for text in texts if text)
+    return estimate_input(ModelRequest(system=request.system, messages=(), tools=request.tools))
 
 
 def response_text(response: ModelResponse) -> str:

@@ -11,6 +11,7 @@ from tether import events as ev
 from tether.providers import (
     AnthropicProvider,
     Message,
+    ModelRequest,
     OpenAIProvider,
     Reply,
     ScriptedProvider,
@@ -22,7 +23,7 @@ from tether.providers import (
     context_window_for,
 )
 from tether.runtime import _transcript
-from tether.runtime._estimate import estimate_input
+from tether.runtime._estimate import estimate_input, estimate_message, estimate_overhead
 from tether.runtime._history import check_history
 
 from .helpers import add, assert_consistent, of
@@ -191,3 +192,15 @@ def test_known_models_carry_their_window() -> None:
     )
     with pytest.raises(ValueError, match="context_window"):
         OpenAIProvider("llama3.1", base_url="http://127.0.0.1:1/v1", context_window=0)
+
+
+def test_the_running_estimate_adds_up_to_the_request_estimate() -> None:
+    """Per-message estimates plus the system and tools make exactly the request's estimate."""
+    request = ModelRequest(
+        system="be brief",
+        messages=HISTORY,
+        tools=(add.definition(),),
+        max_tokens=100,
+    )
+    parts = sum(estimate_message(m) for m in HISTORY) + estimate_overhead(request)
+    assert parts == estimate_input(request)
