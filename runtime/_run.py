@@ -402,8 +402,7 @@ class Run:
         with trail.stage("memory"):
             if self.agent.memory is not None:
                 await self._judgement().recall(state)
-            failed = None if self._transcript is None else await self._transcript.load(state, trail)
-            if failed is not None:
+            if (kept := self._transcript) is not None and (failed := await kept.load(state, trail)):
                 return failed
         with trail.stage("tools"):
             tools = self._tools = choose_tools(self.agent)

@@ -280,9 +280,8 @@ class Runtime:
         if conversation is not None:
             assert self.conversations is not None
             chat = Chat(self.conversations, conversation, self._turns.take(conversation))
-        run = Run(
-            self._services, agent, input, run_id, parent_run_id, Transcript.of(agent, past, chat)
-        )
+        transcript = Transcript.of(agent, past, chat)
+        run = Run(self._services, agent, input, run_id, parent_run_id, transcript=transcript)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
