@@ -184,13 +184,20 @@ async def test_trimming_a_history_keeps_tool_pairs() -> None:
 
 
 async def test_continuation_after_history_keeps_the_transcript_whole() -> None:
-    """A max_tokens continuation appends to the history; the transcript stays valid history."""
+    """A tool round then a max_tokens continuation after history: every request keeps its pairs."""
     a = agent(
-        [Reply(text="part one ", stop_reason=StopReason.MAX_TOKENS), Reply(text="part two")],
+        [
+            Reply(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 2}, id="c1")]),
+            Reply(text="part one ", stop_reason=StopReason.MAX_TOKENS),
+            Reply(text="part two"),
+        ],
         tools=[add],
     )
     res = await run(a, "long answer please", history=TURN)
     assert res.output == "part one part two"
     assert res.messages[: len(TURN)] == TURN
-    assert sent(a)[: len(TURN)] == TURN
+    assert isinstance(a.provider, ScriptedProvider)
+    for _, request in a.provider.requests:
+        assert request.messages[: len(TURN)] == TURN
+        check_history(request.messages)
     check_history(res.messages)
