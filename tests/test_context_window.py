@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tether
 from tether import events as ev
@@ -204,3 +206,33 @@ def test_the_running_estimate_adds_up_to_the_request_estimate() -> None:
     )
     parts = sum(estimate_message(m) for m in HISTORY) + estimate_overhead(request)
     assert parts == estimate_input(request)
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[Message]:
+    """Valid transcripts: turns of a question, tool rounds (1-3 calls each), an answer."""
+    messages: list[Message] = []
+    for t in range(draw(st.integers(1, 6))):
+        messages.append(Message.user("q" * draw(st.integers(1, 200))))
+        for r in range(draw(st.integers(0, 3))):
+            ids = [f"c{t}_{r}_{i}" for i in range(draw(st.integers(1, 3)))]
+            calls = tuple(ToolUseBlock(id=i, name="add", input={"a": 1}) for i in ids)
+            messages.append(Message(role="assistant", content=calls))
+            results = tuple(ToolResultBlock(tool_use_id=i, content="r" * 40) for i in ids)
+            messages.append(Message(role="user", content=results))
+        messages.append(Message.assistant("a" * draw(st.integers(0, 200))))
+    return messages
+
+
+@given(messages=transcripts(), budget=st.integers(0, 600))
+def test_truncate_oldest_bound_fits_and_keeps_pairs(messages: list[Message], budget: int) -> None:
+    """Whatever the transcript and budget, a bound fits, keeps the first message and every pair."""
+    sizes = [estimate_message(m) for m in messages]
+    kept = tether.TruncateOldest().bound(messages, sizes, budget)
+    if kept is None:
+        return
+    assert kept[0] is messages[0]
+    assert kept[1:] == messages[len(messages) - len(kept) + 1 :]
+    assert len(kept) < len(messages)
+    assert sum(estimate_message(m) for m in kept) <= budget
+    check_history(kept)
