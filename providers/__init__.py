@@ -33,6 +33,7 @@ from ._errors import TransientProviderError as TransientProviderError
 from ._errors import name_errors_by_package as name_errors_by_package
 from ._openai import OpenAIProvider as OpenAIProvider
 from ._pool import HttpPool as HttpPool
+from ._prices import context_window_for as context_window_for
 from ._prices import price_for as price_for
 from ._scripted import Fault as Fault
 from ._scripted import Reply as Reply
@@ -121,6 +122,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "TransientProviderError",
     "UsageDelta",
     "check_settings",
+    "context_window_for",
     "dump_messages",
     "load_messages",
     "price_for",

@@ -11,7 +11,7 @@ import attrs
 
 from ._errors import AuthenticationFailed
 from ._http import arguments_text
-from ._prices import price_for
+from ._prices import context_window_for, price_for
 from ._types import (
     Backoff,
     ModelResponse,
@@ -50,6 +50,9 @@ class HttpProvider:
     streaming: bool = attrs.field(default=True, kw_only=True, alias="stream")
     timeout_s: float | None = attrs.field(default=None, kw_only=True)
     max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, kw_only=True)
+    #: The model's context window in tokens: the price table's for a known model;
+    #: give it for another (a local server's model). ``None``: unknown, not bounded.
+    context_window: int | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.api_key = resolve_key(self.api_key, self.api_key_env)
@@ -62,6 +65,10 @@ class HttpProvider:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
         if self.max_response_bytes < 1:
             raise ValueError(f"max_response_bytes must be >= 1, got {self.max_response_bytes!r}")
+        if self.context_window is None:
+            self.context_window = context_window_for(self.model)
+        elif not isinstance(self.context_window, int) or self.context_window < 1:
+            raise ValueError(f"context_window must be a positive int, got {self.context_window!r}")
 
     def price(self) -> Price | None:
         return price_for(self.model)

@@ -7,6 +7,9 @@ known id that the model id extends with a version suffix only: a date
 ``claude-sonnet-4-5`` costs, but ``claude-opus-4-9`` is not priced as
 ``claude-opus-4`` (a new model may have a new price): it is unknown, and an
 unknown model's price is ``None``, never zero.
+
+:func:`context_window_for` looks up a model's context window the same way
+(``context_window`` in the table); unknown: ``None``, and nothing is bounded.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from ._types import Price
+
+_V = TypeVar("_V")
 
 _VERSION_SUFFIX = re.compile(
     r"(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest))?(?:-v\d+(?::\d+)?)?", re.ASCII
@@ -47,20 +52,47 @@ def _price(model: str, entry: Any) -> Price:
 
 
 @functools.cache
-def price_table() -> Mapping[str, Price]:
-    """Every known model id and its price (loaded once from the package data)."""
+def _models() -> Mapping[str, Any]:
     raw = (
         resources.files(__package__ or "tether.providers")
         .joinpath("prices.json")
         .read_text(encoding="utf-8")
     )
-    models = json.loads(raw)["models"]
-    return MappingProxyType({str(k).lower(): _price(str(k), v) for k, v in models.items()})
+    models: Mapping[str, Any] = json.loads(raw)["models"]
+    return models
+
+
+@functools.cache
+def price_table() -> Mapping[str, Price]:
+    """Every known model id and its price (loaded once from the package data)."""
+    return MappingProxyType({str(k).lower(): _price(str(k), v) for k, v in _models().items()})
+
+
+@functools.cache
+def window_table() -> Mapping[str, int]:
+    """Every model id of the table that states its context window, and that window."""
+    windows: dict[str, int] = {}
+    for model, entry in _models().items():
+        window = entry.get("context_window") if isinstance(entry, dict) else None
+        if window is None:
+            continue
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"prices.json: {model!r}.context_window must be a positive int")
+        windows[str(model).lower()] = window
+    return MappingProxyType(windows)
+
+
+def context_window_for(model: str) -> int | None:
+    """The context window of ``model`` in tokens, or ``None`` when the table has none."""
+    return _lookup(window_table(), model)
 
 
 def price_for(model: str) -> Price | None:
     """The price of ``model``, or ``None`` when the table does not know it."""
-    table = price_table()
+    return _lookup(price_table(), model)
+
+
+def _lookup(table: Mapping[str, _V], model: str) -> _V | None:
     key = model.strip().lower()
     exact = table.get(key)
     if exact is not None:
@@ -76,4 +108,4 @@ def price_for(model: str) -> Price | None:
     return None if best is None else table[best]
 
 
-__all__ = ["price_for", "price_table"]
+__all__ = ["context_window_for", "price_for", "price_table", "window_table"]

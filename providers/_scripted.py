@@ -121,6 +121,8 @@ class ScriptedProvider:
     #: a server that ignores it: the tests use it to cross a ceiling mid-stream.
     honor_max_tokens: bool = True
     name: str = "scripted"
+    #: The context window the run bounds its transcript to (``None``: unbounded).
+    context_window: int | None = None
     requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
 
     def price(self) -> Price | None:

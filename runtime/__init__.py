@@ -7,9 +7,15 @@ from tether.actors import RuleJudge as RuleJudge
 from tether.providers import name_errors_by_package
 
 from ._agent import Agent as Agent
+from ._context import BoundingStrategy as BoundingStrategy
 from ._context import ContextStrategy as ContextStrategy
 from ._context import KeepAll as KeepAll
 from ._context import TruncateOldest as TruncateOldest
+from ._conversations import ConversationConflict as ConversationConflict
+from ._conversations import ConversationStore as ConversationStore
+from ._conversations import ConversationStoreError as ConversationStoreError
+from ._conversations import InMemoryConversationStore as InMemoryConversationStore
+from ._conversations import SQLiteConversationStore as SQLiteConversationStore
 from ._estimate import estimate_tokens as estimate_tokens
 from ._input import InputPart as InputPart
 from ._input import RunInput as RunInput
@@ -38,11 +44,16 @@ from ._state import RunView as RunView
 
 __all__ = [
     "Agent",
+    "BoundingStrategy",
     "BudgetExhausted",
     "Candidate",
     "ContextStrategy",
+    "ConversationConflict",
+    "ConversationStore",
+    "ConversationStoreError",
     "Criterion",
     "EventSink",
+    "InMemoryConversationStore",
     "InMemoryLessonStore",
     "InputPart",
     "JsonlSink",
@@ -63,6 +74,7 @@ __all__ = [
     "RunView",
     "Runtime",
     "RuntimeClosed",
+    "SQLiteConversationStore",
     "SQLiteLessonStore",
     "Termination",
     "TruncateOldest",

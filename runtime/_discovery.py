@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from tether.actors import ToolSpec, tool
 from tether.providers import ToolDef
+
+if TYPE_CHECKING:
+    from ._agent import Agent
 
 #: How many tools one search returns at most.
 SEARCH_LIMIT = 5
@@ -54,9 +58,11 @@ class ActiveTools:
     ``search_tools`` at first; :meth:`promote` adds what a search found.
     """
 
-    __slots__ = ("_definitions", "catalogue", "specs")
+    __slots__ = ("_definitions", "catalogue", "discovery", "specs")
 
     def __init__(self, tools: Sequence[ToolSpec], discovery: bool) -> None:
+        #: Whether the catalogue is held back behind ``search_tools``.
+        self.discovery = discovery
         #: What ``search_tools`` searches (empty without discovery).
         self.catalogue: Sequence[ToolSpec] = tools if discovery else ()
         self.specs: dict[str, ToolSpec] = (
@@ -78,3 +84,12 @@ class ActiveTools:
                 added.append(spec.name)
                 self._definitions = None
         return added
+
+
+def choose_tools(agent: Agent) -> ActiveTools:
+    """An agent's active tools at the start of a run: its whole catalogue, or
+    ``search_tools`` first (``discovery="first"``, or ``"auto"`` past the threshold)."""
+    discovery = agent.discovery == "first" or (
+        agent.discovery == "auto" and len(agent.tools) > agent.discovery_threshold
+    )
+    return ActiveTools(agent.tools, discovery)

@@ -29,6 +29,7 @@ from typing import Any
 from tether.providers import (
     IMAGE_TOKENS_ESTIMATE,
     Image,
+    Message,
     ModelRequest,
     ModelResponse,
     TextBlock,
@@ -86,9 +87,29 @@ def _images(blocks: Iterable[object]) -> int:
     return n
 
 
+def estimate_message(message: Message) -> int:
+    """The estimated tokens of one message: its share of :func:`estimate_input`.
+
+    Defined through :func:`estimate_input`, so the two always count alike: the
+    messages' shares and :func:`estimate_overhead` add up to the request's estimate.
+    """
+    return estimate_input(ModelRequest(system="", messages=(message,)))
+
+
+def estimate_overhead(request: ModelRequest) -> int:
+    """The estimated tokens of ``request`` besides its messages: system prompt and tools."""
+    return estimate_input(ModelRequest(system=request.system, messages=(), tools=request.tools))
+
+
 def response_text(response: ModelResponse) -> str:
     """All of ``response``'s output, as the estimator counts it."""
     return "".join(_block_texts(response.content))
 
 
-__all__ = ["estimate_input", "estimate_tokens", "response_text"]
+__all__ = [
+    "estimate_input",
+    "estimate_message",
+    "estimate_overhead",
+    "estimate_tokens",
+    "response_text",
+]

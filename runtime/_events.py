@@ -220,6 +220,47 @@ class LessonStored(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ConversationLoaded(Event):
+    """The run starts from its conversation's stored messages (``conversation=``)."""
+
+    conversation: str
+    messages: int
+
+
+@attrs.frozen(kw_only=True)
+class ConversationAppended(Event):
+    """The run ended ok and its new messages were appended to its conversation."""
+
+    conversation: str
+    messages: int
+
+
+@attrs.frozen(kw_only=True)
+class ConversationFailed(Event):
+    """The conversation store failed: a run that cannot load ends; one that cannot
+    append keeps its termination, with the error in ``RunFinished.error``."""
+
+    conversation: str
+    operation: Literal["load", "append"]
+    error: str
+
+
+@attrs.frozen(kw_only=True)
+class ContextBounded(Event):
+    """Before a request, the context strategy dropped old messages to fit the model's
+    context window (by tether's token estimate)."""
+
+    window: int
+    #: The estimated tokens the messages may take: the window less the system prompt,
+    #: the tools and the request's ``max_tokens``.
+    budget: int
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+
+
+@attrs.frozen(kw_only=True)
 class TextDelta(Event):
     """A piece of a model call's text as it streams (DESIGN §17). Live only.
 
@@ -291,6 +332,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MemoryFailed,
         ChildCrashed,
         ChildRunFinished,
+        ConversationLoaded,
+        ConversationAppended,
+        ConversationFailed,
+        ContextBounded,
         RunFinished,
         TextDelta,
         ToolCallDelta,

@@ -53,7 +53,8 @@ from tether.providers import Message, ModelRequest, ModelResponse, StopReason
 from ._accounting import Accounts
 from ._agent import Agent
 from ._budget import Hit, least
-from ._discovery import ActiveTools
+from ._discovery import ActiveTools, choose_tools
+from ._history import user_message
 from ._judgement import Judging
 from ._limits import Termination
 from ._modelcall import HeldModelClient, ModelClient
@@ -63,6 +64,7 @@ from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
 from ._toolround import Approvals, ToolRound
 from ._trail import EventStream, Trail
+from ._transcript import Transcript
 
 if TYPE_CHECKING:
     from ._services import RuntimeServices
@@ -97,6 +99,7 @@ class Run:
         "_tool_actor",
         "_tool_round",
         "_tools",
+        "_transcript",
         "accounts",
         "agent",
         "approvals",
@@ -118,6 +121,7 @@ class Run:
         parent_run_id: str | None = None,
         first: Message | None = None,
         extras: RunExtras = NO_EXTRAS,
+        transcript: Transcript | None = None,
     ) -> None:
         self.id = run_id
         self.agent = agent
@@ -164,6 +168,7 @@ class Run:
         self._model: ModelClient | None = None
         self._tool_actor: ActorRef[RunTools] | None = None
         self._judge: ActorRef[JudgeCandidate] | None = None
+        self._transcript = transcript or Transcript.of(agent)
 
     # ------------------------------------------------------------- the handle
 
@@ -219,12 +224,16 @@ class Run:
             with scope:
                 if self._cancel_reason is not None:
                     scope.cancel(f"run {self.id}: {self._cancel_reason}")
+                if self._transcript is not None:
+                    await self._transcript.begin()
                 if admit:
                     async with self._services.admission():
                         await self._execute(scope)
                 else:
                     await self._execute(scope)
         finally:
+            if self._transcript is not None and self.result is None:
+                self._decision = await self._transcript.finish(self._decision)
             if self.result is None:
                 self._conclude(scope.cancelled_caught)
 
@@ -396,9 +405,12 @@ class Run:
         with trail.stage("memory"):
             if self.agent.memory is not None:
                 await self._judgement().recall(state)
+            if (kept := self._transcript) is not None and (failed := await kept.load(state, trail)):
+                return failed
         with trail.stage("tools"):
-            self._prepare_tools()
-        state.messages.append(self._first or Message.user(self.input))
+            tools = self._tools = choose_tools(self.agent)
+            state.discovery = tools.discovery
+        state.messages.append(self._first or user_message(self.input))
         ceiling = self.accounts.before_call()
         if ceiling is not None:
             return Decision.end(ceiling)
@@ -481,27 +493,17 @@ class Run:
         trail.add(ev.Transition(**trail.head(), kind=decision.kind, reason=decision.reason))
         return decision
 
-    # ------------------------------------------------------------ preparation
-
-    def _prepare_tools(self) -> None:
-        """Choose the active tools: the whole catalogue, or ``search_tools`` first."""
-        agent = self.agent
-        if agent.discovery == "first" or (
-            agent.discovery == "auto" and len(agent.tools) > agent.discovery_threshold
-        ):
-            self.state.discovery = True
-            self._tools = ActiveTools(agent.tools, True)
-
     # -------------------------------------------------------------- context
 
     def _request(self) -> ModelRequest:
-        return ModelRequest(
+        request = ModelRequest(
             system=self.state.system,
             messages=tuple(self.state.messages),
             tools=self._tools.definitions(),
             max_tokens=self.accounts.clamp(),
             settings=self.per_run.settings,
         )
+        return request if self._transcript is None else self._transcript.bound(request)
 
     def _continue_text(self, response: ModelResponse) -> Decision:
         limits, state, meter = self.agent.limits, self.state, self.state.usage

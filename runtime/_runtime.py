@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -11,10 +12,12 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from tether.providers import ModelSettings, TetherError
+from tether.providers import Message, ModelSettings, TetherError
 
 from ._agent import Agent, DepsT
 from ._budget import Budget, Hit
+from ._conversations import ConversationStore
+from ._history import check_history
 from ._input import RunInput, parts_input
 from ._limits import Limits
 from ._perrun import prepare
@@ -23,6 +26,7 @@ from ._run import Run
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
 from ._trail import EventStream, LiveEventStream, TextStream
+from ._transcript import Chat, Transcript, Turns
 
 
 class BudgetExhausted(TetherError):
@@ -146,6 +150,8 @@ class Runtime:
     ``max_concurrent_runs`` queues runs past that number (``None``: no limit);
     a run's ``timeout_s`` starts when it leaves the queue.
     ``provider_concurrency`` caps requests in flight per provider endpoint.
+    ``conversations`` is the store of ``start(..., conversation=ID)``; the
+    Runtime closes its connections on exit (a store reopens them when used again).
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class Runtime:
         event_sink: EventSink | None = None,
         sink_backlog: int = 10_000,
         limits: Limits | None = None,
+        conversations: ConversationStore | None = None,
     ) -> None:
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
@@ -190,6 +197,14 @@ class Runtime:
         self._sink = None if event_sink is None else combine(event_sink)
         self.sink_backlog = sink_backlog
         self._sink_thread: SinkThread | None = None
+        if conversations is not None and not isinstance(conversations, ConversationStore):
+            raise TypeError(
+                "Runtime(conversations=...) must be a tether.ConversationStore "
+                f"(InMemoryConversationStore, SQLiteConversationStore), got {conversations!r}"
+            )
+        #: Where ``conversation=`` runs load and append their messages, or ``None``.
+        self.conversations = conversations
+        self._turns = Turns()
         self._tg: TaskGroup | None = None
         self._services: RuntimeServices | None = None
         self._runs: dict[str, Run] = {}
@@ -242,6 +257,9 @@ class Runtime:
                     await services.http.aclose()
                 if self._sink_thread is not None:
                     await self._sink_thread.aclose(self.shutdown_grace_s)
+                if self.conversations is not None:
+                    with anyio.move_on_after(5):
+                        await self.conversations.aclose()
 
     async def _wait_all(self) -> None:
         while self._runs:
@@ -256,6 +274,8 @@ class Runtime:
         parent_run_id: str | None = None,
         settings: ModelSettings | None = None,
         deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
     ) -> RunHandle:
         """Start a run and return its handle at once.
 
@@ -264,6 +284,13 @@ class Runtime:
         ``settings`` are merged over the agent's (the run's fields win); a
         setting the provider cannot honour is a ``ValueError`` here. ``deps``
         is what tools, policies and judges read as ``ctx.deps``.
+
+        ``history`` is the transcript the run continues (a previous
+        ``RunResult.messages``, say); it is checked here (see
+        :func:`~._history.check_history`) and comes first in the run's messages.
+        ``conversation`` names a conversation of ``Runtime(conversations=...)``:
+        the run starts from its messages, after the runs started on it before
+        have ended, and appends its new messages when it ends ok.
         """
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
@@ -276,10 +303,20 @@ class Runtime:
                 "raise it or reset it with Runtime.reset_budget()"
             )
         extras = prepare(agent, settings, deps)
+        past = () if history is None else check_history(history)
+        if conversation is not None:
+            self._check_conversation(conversation, history)
         run_id = run_id or self.new_run_id()
         if run_id in self._runs:
             raise ValueError(f"a run with id {run_id!r} is already in flight")
-        run = Run(self._services, agent, text, run_id, parent_run_id, first, extras)
+        chat = None
+        if conversation is not None:
+            assert self.conversations is not None
+            chat = Chat(self.conversations, conversation, self._turns.take(conversation))
+        transcript = Transcript.of(agent, past, chat)
+        run = Run(
+            self._services, agent, text, run_id, parent_run_id, first, extras, transcript=transcript
+        )
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle(run)
@@ -292,18 +329,43 @@ class Runtime:
         run_id: str | None = None,
         settings: ModelSettings | None = None,
         deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
     ) -> RunResult:
         """Run ``agent`` on ``input`` and return its result (``settings``, ``deps``: see
         :meth:`start`).
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).
         """
-        handle = self.start(agent, input, run_id=run_id, settings=settings, deps=deps)
+        handle = self.start(
+            agent,
+            input,
+            run_id=run_id,
+            settings=settings,
+            deps=deps,
+            history=history,
+            conversation=conversation,
+        )
         try:
             return await handle.result()
         finally:
             if not handle.done:
                 handle.cancel("the caller of Runtime.run() was cancelled")
+
+    def _check_conversation(self, conversation: object, history: object) -> None:
+        if self.conversations is None:
+            raise ValueError(
+                "conversation= needs a conversation store: create the Runtime with "
+                "tether.Runtime(conversations=tether.SQLiteConversationStore('chats.db')) "
+                "(or InMemoryConversationStore())"
+            )
+        if not isinstance(conversation, str) or not conversation:
+            raise TypeError(f"conversation= must be a non-empty str, got {conversation!r}")
+        if history is not None:
+            raise ValueError(
+                "pass history= or conversation=, not both: a conversation's history is "
+                "what its store holds"
+            )
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

@@ -286,6 +286,18 @@ EXAMPLES: list[ev.Event] = [
     ev.ChildRunFinished(**BASE, call_id="t1", child_run_id="run-2", termination="answered"),
     ev.LessonStored(**BASE, lesson_id="l3"),
     ev.MemoryFailed(**BASE, operation="recall", error="LessonStoreError: locked"),
+    ev.ConversationLoaded(**BASE, conversation="user-42", messages=4),
+    ev.ConversationAppended(**BASE, conversation="user-42", messages=2),
+    ev.ConversationFailed(**BASE, conversation="c", operation="append", error="locked"),
+    ev.ContextBounded(
+        **BASE,
+        window=200_000,
+        budget=190_000,
+        tokens_before=191_000,
+        tokens_after=120_000,
+        messages_before=40,
+        messages_after=21,
+    ),
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"
     ),

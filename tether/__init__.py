@@ -16,7 +16,9 @@ from tether.providers import dump_messages as dump_messages
 from tether.providers import load_messages as load_messages
 from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
+from tether.runtime import ConversationStore as ConversationStore
 from tether.runtime import Criterion as Criterion
+from tether.runtime import InMemoryConversationStore as InMemoryConversationStore
 from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
 from tether.runtime import JsonlSink as JsonlSink
 from tether.runtime import Judge as Judge
@@ -32,6 +34,7 @@ from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
 from tether.runtime import RunResult as RunResult
 from tether.runtime import Runtime as Runtime
+from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
 from tether.runtime import Termination as Termination
 from tether.runtime import TruncateOldest as TruncateOldest
@@ -41,9 +44,11 @@ from tether.runtime import Verdict as Verdict
 __all__ = [
     "Agent",
     "Candidate",
+    "ConversationStore",
     "Criterion",
     "FatalToolError",
     "Image",
+    "InMemoryConversationStore",
     "InMemoryLessonStore",
     "JsonlSink",
     "Judge",
@@ -62,6 +67,7 @@ __all__ = [
     "RunHandle",
     "RunResult",
     "Runtime",
+    "SQLiteConversationStore",
     "SQLiteLessonStore",
     "Termination",
     "TetherError",

@@ -7,6 +7,10 @@ from tether.runtime._events import ApprovalRequested as ApprovalRequested
 from tether.runtime._events import CeilingHit as CeilingHit
 from tether.runtime._events import ChildCrashed as ChildCrashed
 from tether.runtime._events import ChildRunFinished as ChildRunFinished
+from tether.runtime._events import ContextBounded as ContextBounded
+from tether.runtime._events import ConversationAppended as ConversationAppended
+from tether.runtime._events import ConversationFailed as ConversationFailed
+from tether.runtime._events import ConversationLoaded as ConversationLoaded
 from tether.runtime._events import Event as Event
 from tether.runtime._events import Judged as Judged
 from tether.runtime._events import LessonsRecalled as LessonsRecalled

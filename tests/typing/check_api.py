@@ -93,6 +93,14 @@ async def use(agent: tether.Agent) -> None:
             tether.dump_messages(looked.messages)
         )
         del ok, cost, line, transcript, chunks
+        history: tuple[tether.Message, ...] = result.messages
+        await rt.run(agent, "and then?", history=history)
+        await rt.run(agent, "and then?", history=[tether.Message.user("hi")])
+    store: tether.ConversationStore = tether.SQLiteConversationStore("chats.db")
+    async with tether.Runtime(conversations=store) as rt:
+        chat: tether.RunResult = await rt.run(agent, "hello", conversation="user-42")
+        rt.start(agent, "again", conversation="user-42")
+        del chat
     result = tether.run_sync(agent, "q")
     assert isinstance(result.output, str | None)
 

@@ -1,0 +1,158 @@
+"""Issue 13's first "done when": a three-turn conversation with tool calls, over SSE.
+
+Each turn asks the fake server twice (a tool call, then the answer); the test
+checks the exact messages each server received on turn 3: the two earlier
+turns, tool calls and results included, in the wire format of each API.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tether
+from tether import events as ev
+
+from ..helpers import assert_consistent, of
+from . import anthropic_wire as anth
+from . import openai_wire as oai
+from .fakes import Answer, fake_server, sse_answer, sse_body
+
+pytestmark = pytest.mark.anyio
+
+#: (question, the tool call's arguments, the tool's result, the answer) per turn.
+TURNS = [
+    ("1 + 2?", {"a": 1, "b": 2}, "3", "It is 3."),
+    ("and 3 + 4?", {"a": 3, "b": 4}, "7", "That makes 7."),
+    ("now 5 + 6?", {"a": 5, "b": 6}, "11", "11, then."),
+]
+
+
+@tether.tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def anthropic_answers() -> list[Answer]:
+    answers = []
+    for n, (_, args, _, text) in enumerate(TURNS):
+        raw = json.dumps(args)
+        pieces = (raw[:5], raw[5:])  # the arguments arrive in two deltas
+        answers.append(
+            sse_answer(
+                sse_body(
+                    anth.stream_events(
+                        text=(), tools=((f"toolu_{n}", "add", pieces),), stop="tool_use"
+                    )
+                )
+            )
+        )
+        answers.append(sse_answer(sse_body(anth.stream_events(text=(text[:4], text[4:])))))
+    return answers
+
+
+def openai_answers() -> list[Answer]:
+    answers = []
+    for n, (_, args, _, text) in enumerate(TURNS):
+        raw = json.dumps(args)
+        deltas = (
+            {
+                "index": 0,
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": "add", "arguments": raw[:5]},
+            },
+            {"index": 0, "function": {"arguments": raw[5:]}},
+        )
+        answers.append(
+            sse_answer(
+                sse_body(oai.stream_chunks(text=(), tool_deltas=deltas, finish="tool_calls"))
+            )
+        )
+        answers.append(sse_answer(sse_body(oai.stream_chunks(text=(text[:4], text[4:])))))
+    return answers
+
+
+def anthropic_turn(n: int) -> list[dict[str, Any]]:
+    """Turn ``n`` as the Messages API carries it."""
+    question, args, result, text = TURNS[n]
+    return [
+        {"role": "user", "content": [{"type": "text", "text": question}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "add", "input": args}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": result}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": text}]},
+    ]
+
+
+def openai_turn(n: int) -> list[dict[str, Any]]:
+    """Turn ``n`` as Chat Completions carries it."""
+    question, args, result, text = TURNS[n]
+    return [
+        {"role": "user", "content": question},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{n}",
+                    "type": "function",
+                    "function": {
+                        "name": "add",
+                        "arguments": json.dumps(args, separators=(",", ":")),
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": result},
+        {"role": "assistant", "content": text},
+    ]
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_three_turn_conversation_over_sse(kind: str, tmp_path: Path) -> None:
+    """Turn 3 sends both earlier turns, tool pairs included, exactly; the store holds all three."""
+    answers = anthropic_answers() if kind == "anthropic" else openai_answers()
+    store = tether.SQLiteConversationStore(tmp_path / "chats.db")
+    async with fake_server(*answers) as server:
+        wire = anth if kind == "anthropic" else oai
+        agent = tether.Agent(
+            name="calc",
+            instructions="Use the tools.",
+            provider=wire.provider(server.url),
+            tools=[add],
+        )
+        results = []
+        async with tether.Runtime(conversations=store) as rt:
+            for question, *_ in TURNS:
+                results.append(await rt.run(agent, question, conversation="user-42"))
+    for n, result in enumerate(results):
+        assert_consistent(result)
+        assert result.termination is tether.Termination.ANSWERED
+        assert result.output == TURNS[n][3]
+        assert [e.messages for e in of(result.events, ev.ConversationLoaded)] == [4 * n]
+    assert len(server.requests) == 6
+    turn = anthropic_turn if kind == "anthropic" else openai_turn
+    system = [] if kind == "anthropic" else [{"role": "system", "content": "Use the tools."}]
+    first, second = (r.json() for r in server.requests[4:6])
+    earlier = [*turn(0), *turn(1)]
+    assert first["messages"] == [*system, *earlier, turn(2)[0]]
+    assert second["messages"] == [*system, *earlier, *turn(2)[:3]]
+    for body in (first, second):
+        assert body["stream"] is True
+        if kind == "anthropic":
+            assert body["system"] == "Use the tools."
+    # The store holds the whole conversation, and it is what turn 3 returned.
+    stored = await store.load("user-42")
+    assert stored == list(results[-1].messages)
+    assert len(stored) == 12
+    await store.aclose()
