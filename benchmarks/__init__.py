@@ -29,10 +29,11 @@ beside them).
   (``anyio.get_running_tasks()`` before and after; must be 0).
 - **B6** rounds/s with one deliberately slow ``handle.events()`` reader
   (it sleeps per event) against no reader.
-- **B7** B1's workload and sizes, with every run read through
+- **B8** B1's workload and sizes, with every run read through
   ``handle.stream_text()`` against nobody streaming (the two alternate
   between repeats): what a streamed run costs, and that a run nobody streams
-  pays nothing for deltas.
+  pays nothing for deltas. (B7 is kept for the real-wire benchmark of the
+  performance issue: the HTTP providers against a local SSE server.)
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

@@ -1,4 +1,4 @@
-"""The benchmarks B1–B7, each for tether and for the bare loop.
+"""The benchmarks B1–B6 and B8, each for tether and for the bare loop.
 
 A :class:`Job` names one benchmark, one side (``tether`` or ``bare``), one
 backend and its sizes; :func:`run_job` runs it with ``anyio.run`` and returns
@@ -34,7 +34,7 @@ SETTLE_S = 2.0
 class Job:
     """One benchmark, one side, one backend."""
 
-    case: str  # "B1" .. "B7"
+    case: str  # "B1" .. "B8"
     impl: str  # "tether" or "bare"
     backend: str  # "asyncio" or "trio"
     n: int  # runs (B1: runs one after another; others: at once)
@@ -399,7 +399,7 @@ async def reader_tether(job: Job) -> Result:
     return out.done(scope, job)
 
 
-# ----------------------------------------------------- B7: B1, streamed or not
+# ----------------------------------------------------- B8: B1, streamed or not
 
 
 async def _b1_pass(
@@ -460,8 +460,8 @@ CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
     ("B5", "bare"): park_bare,
     ("B6", "tether"): reader_tether,
     ("B6", "bare"): batch_bare,
-    ("B7", "tether"): stream_tether,
-    ("B7", "bare"): b1_bare,
+    ("B8", "tether"): stream_tether,
+    ("B8", "bare"): b1_bare,
 }
 
 

@@ -13,7 +13,7 @@ from ._cases import Job, Result
 #: Runs a job; ``True`` asks for a child process of its own (memory jobs).
 Runner = Callable[[Job, bool], Result]
 
-BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
+BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,10 +410,10 @@ def bench_b6(plan: Plan, backend: str, run: Runner) -> list[Row]:
     ]
 
 
-def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
+def bench_b8(plan: Plan, backend: str, run: Runner) -> list[Row]:
     """B1's workload (its sizes), with and without a ``stream_text()`` reader per run."""
     job = Job(
-        "B7",
+        "B8",
         "tether",
         backend,
         plan.b1_runs,
@@ -430,7 +430,7 @@ def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
     where = f"L=0, R={plan.b1_rounds} · one run at a time ({_n(plan.b1_runs)} runs"
     return [
         Row(
-            "B7",
+            "B8",
             backend,
             f"µs per round, nobody streams · {where}, best of {plan.b1_repeats})",
             _fmt(none, 1, " µs"),
@@ -442,7 +442,7 @@ def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
             (),
         ),
         Row(
-            "B7",
+            "B8",
             backend,
             f"µs per round, each run read with `handle.stream_text()` · {where})",
             f"{_fmt(streamed, 1, ' µs')} ({change:+.1f}% vs nobody streams)",
@@ -467,5 +467,5 @@ BENCH: dict[str, Callable[[Plan, str, Runner], list[Row]]] = {
     "B4": bench_b4,
     "B5": bench_b5,
     "B6": bench_b6,
-    "B7": bench_b7,
+    "B8": bench_b8,
 }
