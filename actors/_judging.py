@@ -17,6 +17,8 @@ class Candidate:
     text: str
     question: str
     round: int
+    #: The typed answer (``Agent(output_type=T)``: a ``T``); for a ``str`` agent, the text.
+    output: Any = None
 
 
 def _check_scores(_: Any, __: Any, scores: Mapping[str, float]) -> None:

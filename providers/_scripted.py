@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import attrs
@@ -110,6 +110,8 @@ class ScriptedProvider:
     honor_max_tokens: bool = True
     name: str = "scripted"
     requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
+    #: A native output format is accepted (and ignored: the script's text is the answer).
+    native_output: ClassVar[bool] = True
 
     def price(self) -> Price | None:
         return self.cost_per_mtok

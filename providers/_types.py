@@ -316,12 +316,29 @@ class ToolDef:
 
 
 @attrs.frozen(kw_only=True)
+class OutputFormat:
+    """A native structured-output format: the answer's text is JSON matching ``schema``.
+
+    Sent only to providers whose ``native_output`` is true (OpenAI's
+    ``response_format: {"type": "json_schema", ...}``).
+    """
+
+    name: str
+    #: The JSON Schema of the answer (an object at the root).
+    schema: Mapping[str, Any]
+    #: Ask the provider to enforce the schema exactly (OpenAI's ``strict``).
+    strict: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ModelRequest:
     system: str
     messages: tuple[Message, ...]
     tools: tuple[ToolDef, ...] = ()
     #: Output-token cap for this call; ``None`` uses the provider's default.
     max_tokens: int | None = None
+    #: A native structured-output format (``Agent(output_mode="native")``), else ``None``.
+    output_format: OutputFormat | None = None
 
 
 @attrs.frozen(kw_only=True)

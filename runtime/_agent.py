@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 import attrs
+from typing_extensions import TypeForm, TypeVar
 
-from tether.actors import Judge, RestartPolicy, ToolSettings, ToolSpec, tool
+from tether.actors import OUTPUT_TOOL, Judge, RestartPolicy, ToolSettings, ToolSpec, tool
 from tether.providers import Provider
 
 from ._context import ContextStrategy, KeepAll
 from ._lessons import LessonStore
 from ._limits import Limits
+from ._output import OutputMode, TypedOutput
 from ._policy import PolicyLike
 from ._subagent import agent_tool
 
 Discovery = Literal["first", "auto", "off"]
+
+#: The type of a run's output (``Agent(output_type=...)``); ``str`` unless given.
+OutputT = TypeVar("OutputT", default=str)
 
 
 def _to_tools(value: Iterable[ToolSpec | Callable[..., Any]]) -> tuple[ToolSpec, ...]:
@@ -33,13 +38,19 @@ def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Agent:
+class Agent(Generic[OutputT]):
     """What a run does: instructions, provider, tools, judge, policies, memory, limits.
 
     Plain functions in ``tools`` are wrapped with :func:`tether.tool`. The
     ``discovery`` setting registers a ``search_tools`` tool: ``"first"``
     always, ``"auto"`` when there are more than ``discovery_threshold`` tools,
     ``"off"`` never.
+
+    ``output_type`` (``str`` by default) is the type of ``RunResult.output``:
+    anything ``@tether.tool`` can describe. The model answers through a
+    ``final_result`` tool (``output_mode="tool"``) or, where the provider has
+    one, its native structured-output mode (``"native"``); see
+    :mod:`tether.runtime._output`.
     """
 
     name: str
@@ -58,6 +69,14 @@ class Agent:
     discovery: Discovery = "auto"
     discovery_threshold: int = 20
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
+    output_type: TypeForm[OutputT] = str  # type: ignore[assignment]
+    output_mode: OutputMode = "tool"
+    #: Derived from ``output_type``: ``None`` for ``str``.
+    typed_output: TypedOutput | None = attrs.field(init=False, eq=False, repr=False)
+
+    @typed_output.default
+    def _make_typed_output(self) -> TypedOutput | None:
+        return TypedOutput.of(self.output_type, self.output_mode)
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -79,6 +98,23 @@ class Agent:
             )
         if not isinstance(self.limits, Limits):
             raise TypeError(f"Agent.limits must be a tether.Limits, got {self.limits!r}")
+        self._check_output()
+
+    def _check_output(self) -> None:
+        typed = self.typed_output
+        if typed is None:
+            return
+        if any(t.name == OUTPUT_TOOL for t in self.tools):
+            raise ValueError(
+                f"a tool is named {OUTPUT_TOOL!r}, the name of the output tool of an agent with "
+                "an output_type: rename the tool"
+            )
+        if typed.mode == "native" and not getattr(self.provider, "native_output", False):
+            raise ValueError(
+                f"Agent(output_mode='native'): the provider {type(self.provider).__name__} has no "
+                "native structured-output mode that tether uses; use output_mode='tool' (the "
+                "default, which works with every provider)"
+            )
 
     @property
     def scope(self) -> str:

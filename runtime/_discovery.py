@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from tether.actors import ToolSpec, tool
 from tether.providers import ToolDef
+
+if TYPE_CHECKING:
+    from ._output import TypedOutput
 
 #: How many tools one search returns at most.
 SEARCH_LIMIT = 5
@@ -51,17 +55,23 @@ class ActiveTools:
     """The tools a run offers the model now, and their definitions (built once per change).
 
     Without discovery that is the agent's whole catalogue. With it, only
-    ``search_tools`` at first; :meth:`promote` adds what a search found.
+    ``search_tools`` at first; :meth:`promote` adds what a search found. A
+    typed output's ``final_result`` tool is offered from the start either way
+    (it is not searched for).
     """
 
     __slots__ = ("_definitions", "catalogue", "specs")
 
-    def __init__(self, tools: Sequence[ToolSpec], discovery: bool) -> None:
+    def __init__(
+        self, tools: Sequence[ToolSpec], discovery: bool, output: TypedOutput | None = None
+    ) -> None:
         #: What ``search_tools`` searches (empty without discovery).
         self.catalogue: Sequence[ToolSpec] = tools if discovery else ()
         self.specs: dict[str, ToolSpec] = (
             {SEARCH_TOOL.name: SEARCH_TOOL} if discovery else {t.name: t for t in tools}
         )
+        if output is not None and output.tool is not None:
+            self.specs[output.tool.name] = output.tool
         self._definitions: tuple[ToolDef, ...] | None = None
 
     def definitions(self) -> tuple[ToolDef, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic
 
 import anyio
 import attrs
@@ -13,7 +13,7 @@ from anyio.abc import TaskGroup
 
 from tether.providers import TetherError
 
-from ._agent import Agent
+from ._agent import Agent, OutputT
 from ._budget import Budget, Hit
 from ._input import RunInput, parts_input
 from ._limits import Limits
@@ -54,7 +54,7 @@ class PendingApproval:
     reason: str
 
 
-class RunHandle:
+class RunHandle(Generic[OutputT]):
     """The host's handle on one run: its events, its result, and cancellation."""
 
     __slots__ = ("_run",)
@@ -104,7 +104,7 @@ class RunHandle:
             for a in self._run.pending_approvals()
         ]
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         await self._run.wait_finished()
         assert self._run.result is not None
         return self._run.result
@@ -225,12 +225,12 @@ class Runtime:
 
     def start(
         self,
-        agent: Agent,
+        agent: Agent[OutputT],
         input: RunInput,
         *,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunHandle:
+    ) -> RunHandle[OutputT]:
         """Start a run and return its handle at once.
 
         ``input`` is a ``str``, or a sequence of ``str`` and ``tether.Image``
@@ -252,9 +252,11 @@ class Runtime:
         run = Run(self._services, agent, text, run_id, parent_run_id, first)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
-        return RunHandle(run)
+        return RunHandle[OutputT](run)
 
-    async def run(self, agent: Agent, input: RunInput, *, run_id: str | None = None) -> RunResult:
+    async def run(
+        self, agent: Agent[OutputT], input: RunInput, *, run_id: str | None = None
+    ) -> RunResult[OutputT]:
         """Run ``agent`` on ``input`` and return its result.
 
         Cancelling the caller cancels the run (it still finishes ``cancelled``).

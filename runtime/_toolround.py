@@ -38,6 +38,7 @@ from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._input import result_text
 from ._limits import Limits, Termination
+from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._policy import Policies, PolicyPoint, blocked
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
@@ -97,6 +98,7 @@ class ToolRound:
         "_catalogue",
         "_in_flight",
         "_limits",
+        "_output",
         "_policies",
         "_results",
         "_run_child",
@@ -120,8 +122,10 @@ class ToolRound:
         approvals: Approvals,
         actor: Callable[[], ActorRef[RunTools]],
         run_child: ChildRunner | None,
+        output: TypedOutput | None = None,
     ) -> None:
         self._calls = calls
+        self._output = output
         self._state = state
         self._tools = tools
         self._catalogue = catalogue
@@ -150,15 +154,23 @@ class ToolRound:
         state.previous_calls = frozenset(keys)
         admitted: list[ToolUseBlock] = []
         asks: list[tuple[ToolUseBlock, str]] = []
-        budget_hit = False
+        budget_hit = won = False
         for call in calls:
             trail.add(
                 ev.ToolCallStarted(
                     **trail.head(), call_id=call.id, name=call.name, arguments=call.input
                 )
             )
+        settled: dict[str, tuple[ev.ToolOutcome, str, int]] = {}
+        if self._output is not None:  # final_result first (see _output.py)
+            settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
         for call, key in zip(calls, keys, strict=True):
-            if key in previous:
+            if settled and call.id in settled:
+                outcome, content, attempts = settled[call.id]
+                self._settle(call, outcome, content, attempts)
+            elif won:
+                self._settle(call, "denied", OUTPUT_FIRST, 0)
+            elif key in previous:
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
             elif call.name not in self._tools:
                 known = ", ".join(sorted(self._tools)) or "none"
@@ -197,6 +209,8 @@ class ToolRound:
         crossed = self._accounts.crossed()
         if crossed is not None:
             return Decision.end(crossed)
+        if won:
+            return OUTPUT_GIVEN
         for d in done:
             if d.outcome == "fatal_error":
                 return Decision.end(Termination.FATAL_TOOL_ERROR, f"{d.name}: {d.content}")

@@ -7,15 +7,16 @@ from typing import Any, Literal
 import anyio
 
 from tether.runtime import Agent, RunInput, RunResult, Runtime
+from tether.runtime._agent import OutputT
 
 
 def run_sync(
-    agent: Agent,
+    agent: Agent[OutputT],
     input: RunInput,
     *,
     backend: Literal["asyncio", "trio"] = "asyncio",
     **runtime_kwargs: Any,
-) -> RunResult:
+) -> RunResult[OutputT]:
     """Run ``agent`` on ``input`` in a fresh event loop and return its result.
 
     It starts a :class:`~tether.Runtime` (``runtime_kwargs`` go to it, e.g.
@@ -36,7 +37,7 @@ def run_sync(
     # Build the Runtime now, so bad arguments fail before any loop starts.
     runtime = Runtime(**runtime_kwargs)
 
-    async def main() -> RunResult:
+    async def main() -> RunResult[OutputT]:
         async with runtime as rt:
             return await rt.run(agent, input)
 
