@@ -320,7 +320,8 @@ class OutputFormat:
     """A native structured-output format: the answer's text is JSON matching ``schema``.
 
     Sent only to providers whose ``native_output`` is true (OpenAI's
-    ``response_format: {"type": "json_schema", ...}``).
+    ``response_format: {"type": "json_schema", ...}``, Anthropic's
+    ``output_config: {"format": {"type": "json_schema", ...}}``).
     """
 
     name: str

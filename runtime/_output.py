@@ -31,7 +31,8 @@ it ends at ``max_steps``).
 
 **Native mode** uses the provider's structured-output mode: the request
 carries an :class:`~tether.providers.OutputFormat` (OpenAI's
-``response_format: json_schema``), no output tool is offered, and a text
+``response_format: json_schema``, Anthropic's ``output_config.format``), no
+output tool is offered, and a text
 answer is parsed as JSON and validated; an invalid one is sent back as a
 user message listing the problems (``continue``, reason ``output_invalid``).
 """

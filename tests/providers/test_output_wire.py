@@ -10,7 +10,6 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether.providers import AnthropicProvider
 
 from ..helpers import assert_consistent, of
 from . import anthropic_wire as anth
@@ -151,12 +150,44 @@ def test_native_mode_is_not_strict_where_openai_would_refuse_the_schema() -> Non
     assert agent.typed_output.format.strict is False
 
 
-def test_native_mode_on_anthropic_is_refused() -> None:
-    """The Anthropic provider has no native mode in tether: a ValueError says to use "tool"."""
+async def test_native_mode_on_the_anthropic_wire() -> None:
+    """output_mode="native" sends output_config.format json_schema and reads the text."""
+    events = anth.stream_events(text=('{"city": "Lisbon",', ' "days": 2}'))
+    async with fake_server(sse_answer(sse_body(events))) as server:
+        provider = wires.make_provider("anthropic", server.url)
+        agent = tether.Agent(name="p", provider=provider, output_type=Trip, output_mode="native")
+        async with tether.Runtime() as rt:
+            result = await rt.run(agent, "Plan")
+        (request,) = server.requests
+    assert result.output == Trip("Lisbon", 2)
+    body = request.json()
+    assert "tools" not in body
+    assert body["output_config"] == {
+        "format": {
+            "type": "json_schema",
+            "schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city", "days"],
+                "additionalProperties": False,
+            },
+        }
+    }
+
+
+def test_native_mode_needs_a_provider_with_one() -> None:
+    """A provider without a native structured-output mode: a ValueError says to use "tool"."""
+
+    @attrs.define
+    class Plain:
+        model: str = "m"
+        backoff: Any = None
+
+        def stream(self, request: Any, ctx: Any) -> Any:
+            raise NotImplementedError
+
+        def price(self) -> None:
+            return None
+
     with pytest.raises(ValueError, match="output_mode='tool'"):
-        tether.Agent(
-            name="p",
-            provider=AnthropicProvider("claude-sonnet-4-5", api_key="k"),
-            output_type=Trip,
-            output_mode="native",
-        )
+        tether.Agent(name="p", provider=Plain(), output_type=Trip, output_mode="native")
