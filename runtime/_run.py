@@ -26,6 +26,7 @@ exceptions.
 from __future__ import annotations
 
 import functools
+import json
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from tether.actors import (
     RunTools,
     ToolActor,
     ToolOutput,
+    dump_output,
     spawn_mailbox,
     supervise,
 )
@@ -614,6 +616,8 @@ def _child_output(name: str, result: RunResult[Any]) -> ToolOutput:
     parent had left.
     """
     content = result.output
+    if content is not None and not isinstance(content, str):  # a typed child: its JSON
+        content = json.dumps(dump_output(content), ensure_ascii=False)
     if not result.termination.ok or content is None:
         content = (
             f"the sub-agent {name!r} ended {result.termination.value} "

@@ -161,7 +161,7 @@ class ToolRound:
                     **trail.head(), call_id=call.id, name=call.name, arguments=call.input
                 )
             )
-        settled: dict[str, tuple[ev.ToolOutcome, str, int]] = {}
+        settled = _NONE_SETTLED  # no allocation in a round without typed output
         if self._output is not None:  # final_result first (see _output.py)
             settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
         for call, key in zip(calls, keys, strict=True):
@@ -386,6 +386,8 @@ class ToolRound:
             self._state.messages.append(Message(role="user", content=results))
             self._calls = ()
 
+
+_NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode

@@ -325,3 +325,21 @@ def test_loading_a_result_checks_the_output_type() -> None:
         tether.RunResult.load(data)
     with pytest.raises(ValueError, match="not a dumped RunResult"):
         tether.RunResult.load({"output": None})
+
+
+async def test_a_typed_agent_as_a_tool_answers_its_caller_with_json() -> None:
+    """A typed sub-agent's output reaches its caller as the value's JSON text."""
+    child = typed_agent(Trip, [final({"city": "L", "days": 2})])
+    parent = tether.Agent(
+        name="boss",
+        provider=ScriptedProvider(
+            [
+                Reply(tool_calls=[ToolCall(name="typed", arguments={"task": "plan"})]),
+                Reply(text="done"),
+            ]
+        ),
+        tools=[child.as_tool()],
+    )
+    result = await run(parent)
+    (tool,) = of(result.events, ev.ToolCallFinished)
+    assert (tool.outcome, json.loads(tool.content)) == ("ok", {"city": "L", "days": 2})
