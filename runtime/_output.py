@@ -181,19 +181,26 @@ def add_user_text(messages: list[Message], text: str) -> None:
 
 
 def _strict_ok(schema: Any) -> bool:
-    """Whether OpenAI's strict mode takes ``schema``: every object closed, every key required."""
-    if isinstance(schema, dict):
-        if schema.get("type") == "object" and "properties" in schema:
-            props = schema["properties"]
-            if schema.get("additionalProperties") is not False:
-                return False
-            if set(schema.get("required", ())) != set(props):
-                return False
-        elif schema.get("type") == "object":
-            return False  # a dict[str, X]: open keys, which strict mode refuses
-        if "default" in schema or "uniqueItems" in schema:
-            return False
-        return all(_strict_ok(v) for v in schema.values())
-    if isinstance(schema, list):
-        return all(_strict_ok(v) for v in schema)
+    """Whether OpenAI's strict mode takes ``schema``.
+
+    Strict mode wants every object closed with every key required, a type on
+    every value (``Any`` has none), items on every array, and no ``default``
+    or ``uniqueItems``.
+    """
+    if not isinstance(schema, dict) or "default" in schema or "uniqueItems" in schema:
+        return False
+    if "anyOf" in schema:
+        return all(_strict_ok(member) for member in schema["anyOf"])
+    kind = schema.get("type")
+    if kind is None:
+        return False
+    if kind == "object":
+        props = schema.get("properties")
+        if not isinstance(props, dict) or schema.get("additionalProperties") is not False:
+            return False  # a dict[str, X] has open keys
+        return set(schema.get("required", ())) == set(props) and all(
+            _strict_ok(value) for value in props.values()
+        )
+    if kind == "array":
+        return _strict_ok(schema.get("items"))
     return True

@@ -343,3 +343,23 @@ async def test_a_typed_agent_as_a_tool_answers_its_caller_with_json() -> None:
     result = await run(parent)
     (tool,) = of(result.events, ev.ToolCallFinished)
     assert (tool.outcome, json.loads(tool.content)) == ("ok", {"city": "L", "days": 2})
+
+
+@pytest.mark.parametrize(
+    ("output_type", "strict"),
+    [
+        (Trip, True),
+        (list[Trip] | None, True),
+        (Literal["a", "b"], True),
+        (Hotel, False),  # a default
+        (dict[str, int], False),  # open keys
+        (list[Any], False),  # an untyped value
+        (set[str], False),  # uniqueItems
+    ],
+)
+def test_native_strict_mode_only_for_schemas_openai_takes(output_type: Any, strict: bool) -> None:
+    """strict is true exactly when the schema is closed, fully required and fully typed."""
+    agent = typed_agent(output_type, [], output_mode="native")
+    assert agent.typed_output is not None
+    assert agent.typed_output.format is not None
+    assert agent.typed_output.format.strict is strict
