@@ -43,6 +43,9 @@ from ._model import ModelCall as ModelCall
 from ._model import ModelFailed as ModelFailed
 from ._model import ModelReply as ModelReply
 from ._model import RetryScheduled as RetryScheduled
+from ._output import OUTPUT_TOOL as OUTPUT_TOOL
+from ._output import OutputSchema as OutputSchema
+from ._output import dump_output as dump_output
 from ._threads import ToolThreads as ToolThreads
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor

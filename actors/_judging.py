@@ -23,6 +23,8 @@ class Candidate:
     text: str
     question: str
     round: int
+    #: The typed answer (``Agent(output_type=T)``: a ``T``); for a ``str`` agent, the text.
+    output: Any = None
     ctx: RunContext[Any] | None = attrs.field(default=None, eq=False, repr=False)
 
 

@@ -15,6 +15,7 @@ too, so a tool's result reads the way its defaults do.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import datetime
 import enum
 import json
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
+import typing_extensions
 
 __all__ = ["json_schema"]
 
@@ -65,6 +67,28 @@ def _is_enum(tp: Any) -> bool:
 
 def _is_attrs(tp: Any) -> bool:
     return isinstance(tp, type) and attrs.has(tp)
+
+
+def _is_dataclass(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp) and not attrs.has(tp)
+
+
+def _is_typeddict(tp: Any) -> bool:
+    return isinstance(tp, type) and typing_extensions.is_typeddict(tp)
+
+
+def _is_record(tp: Any) -> bool:
+    """An attrs class, a dataclass or a TypedDict: a JSON object with named fields."""
+    return _is_attrs(tp) or _is_dataclass(tp) or _is_typeddict(tp)
+
+
+def _record_keys(tp: Any) -> list[str]:
+    """The keys a record's JSON object accepts (for error messages)."""
+    if _is_attrs(tp):
+        return [f.alias or f.name for f in attrs.fields(tp) if f.init]
+    if _is_dataclass(tp):
+        return [f.name for f in dataclasses.fields(tp) if f.init]
+    return list(typing.get_type_hints(tp))
 
 
 def _array_parts(tp: Any) -> tuple[type, Any] | None:
@@ -184,8 +208,9 @@ def json_schema(annotation: Any) -> dict[str, Any]:
     ``list[X]``, ``Sequence[X]``, ``tuple[X, ...]`` (and sets, with
     ``uniqueItems``); ``dict[str, X]`` and ``Mapping[str, X]``; unions,
     ``Optional`` included (``anyOf``); ``Literal`` and ``Enum`` subclasses
-    (``enum``, with the JSON type); attrs classes (nested objects with
-    ``additionalProperties: false``); ``Annotated[X, "description"]``.
+    (``enum``, with the JSON type); attrs classes, dataclasses and
+    ``TypedDict`` classes (nested objects with ``additionalProperties:
+    false``); ``Annotated[X, "description"]``.
 
     Raises :class:`TypeError` naming the type for anything else.
     """
@@ -248,6 +273,8 @@ def _schema(tp: Any, enclosing: tuple[type, ...]) -> dict[str, Any]:
         return schema
     if _is_attrs(tp):
         return _attrs_schema(tp, enclosing)
+    if _is_dataclass(tp) or _is_typeddict(tp):
+        return _fields_schema(tp, enclosing)
     if origin is tuple:
         raise TypeError(f"no JSON schema for {_display(tp)}: use tuple[X, ...] or list[X]")
     raise TypeError(f"no JSON schema for {_display(tp)}")
@@ -317,6 +344,68 @@ def _attrs_schema(cls: type, enclosing: tuple[type, ...]) -> dict[str, Any]:
         "type": "object",
         "properties": properties,
         "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _typeddict_keys(cls: type, hints: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
+    """A TypedDict's ``(key, type, required)``, its ``Required``/``NotRequired`` marks read.
+
+    The marks are read from the hints too: with postponed annotations (a string
+    ``"NotRequired[int]"``) Python 3.11 counts every key as required.
+    """
+    required = set(getattr(cls, "__required_keys__", hints))
+    keys = []
+    for key, hint in hints.items():
+        while (mark := typing.get_origin(hint)) in _REQUIRED_MARKS:
+            (required.add if mark is typing_extensions.Required else required.discard)(key)
+            hint = typing.get_args(hint)[0]
+        keys.append((key, hint, key in required))
+    return keys
+
+
+_UNSHOWN: Any = object()  # an optional field whose default is not shown
+_REQUIRED_MARKS = (typing_extensions.Required, typing_extensions.NotRequired)
+
+
+def _fields_schema(cls: type, enclosing: tuple[type, ...]) -> dict[str, Any]:
+    """A dataclass's or a TypedDict's object schema (as :func:`_attrs_schema` for attrs)."""
+    if cls in enclosing:
+        raise TypeError(f"class {cls.__name__} refers to itself, which is not supported")
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        raise TypeError(f"cannot resolve the type hints of {cls.__name__}: {exc}") from exc
+    fields: list[tuple[str, Any, Any]] = []  # (key, hint, default or attrs.NOTHING)
+    if _is_dataclass(cls):
+        for field in dataclasses.fields(cls):
+            if not field.init:
+                continue
+            default: Any = attrs.NOTHING
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                default = _UNSHOWN  # a factory: optional, its value not shown
+            fields.append((field.name, hints[field.name], default))
+    else:
+        for key, hint, required in _typeddict_keys(cls, hints):
+            fields.append((key, hint, attrs.NOTHING if required else _UNSHOWN))
+    properties: dict[str, Any] = {}
+    required_keys: list[str] = []
+    for key, hint, default in fields:
+        try:
+            schema = _schema(hint, (*enclosing, cls))
+        except TypeError as exc:
+            raise TypeError(f"field {cls.__name__}.{key}: {exc}") from None
+        if default is attrs.NOTHING:
+            required_keys.append(key)
+        elif default is not _UNSHOWN:
+            _add_default(schema, default)
+        properties[key] = schema
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required_keys,
         "additionalProperties": False,
     }
 

@@ -24,7 +24,13 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.cols import list_structure_factory
-from cattrs.errors import ForbiddenExtraKeysError, IterableValidationError, IterableValidationNote
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 from cattrs.gen import make_dict_structure_fn
 
 from tether.actors._errors import ToolArgumentsInvalid
@@ -32,13 +38,18 @@ from tether.actors._schema import (
     _array_parts,
     _display,
     _is_attrs,
+    _is_dataclass,
     _is_enum,
     _is_literal,
+    _is_record,
+    _is_typeddict,
     _is_union,
     _json_kind,
     _literal_value,
     _mapping_value,
     _NoneType,
+    _record_keys,
+    _typeddict_keys,
 )
 from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 
@@ -194,7 +205,37 @@ def _make_converter() -> cattrs.Converter:
 
         return structure_mapping
 
+    def typeddict_hook(cls: Any) -> Callable[[Any, Any], Any]:
+        # By hand, not cattrs' own: its required keys miss postponed NotRequired marks.
+        keys = _typeddict_keys(cls, typing.get_type_hints(cls, include_extras=True))
+        known = {key for key, _, _ in keys}
+
+        def structure_typeddict(obj: Any, _: Any) -> dict[str, Any]:
+            if not isinstance(obj, Mapping):
+                raise _Mismatch(f"object ({cls.__name__})", obj)
+            errors: list[Exception] = []
+            result: dict[str, Any] = {}
+            for key, hint, required in keys:
+                try:
+                    if key in obj:
+                        result[key] = converter.structure(obj[key], hint)
+                    elif required:
+                        raise KeyError(key)
+                except Exception as exc:
+                    note = AttributeValidationNote(f"Structuring key {key!r}", key, hint)
+                    exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                    errors.append(exc)
+            extra = {key for key in obj if key not in known}
+            if extra:
+                errors.append(ForbiddenExtraKeysError(None, cls, extra))
+            if errors:
+                raise ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
+            return result
+
+        return structure_typeddict
+
     def attrs_hook(cls: Any) -> Callable[[Any, Any], Any]:
+        # attrs classes and dataclasses alike: cattrs reads both.
         structure_fields = make_dict_structure_fn(cls, converter)
 
         def structure_object(obj: Any, _: Any) -> Any:
@@ -215,7 +256,10 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(_is_union, structure_union)
     converter.register_structure_hook_factory(lambda t: _array_parts(t) is not None, array_hook)
     converter.register_structure_hook_factory(lambda t: _mapping_value(t) is not None, mapping_hook)
-    converter.register_structure_hook_factory(_is_attrs, attrs_hook)
+    converter.register_structure_hook_factory(
+        lambda t: _is_attrs(t) or _is_dataclass(t), attrs_hook
+    )
+    converter.register_structure_hook_factory(_is_typeddict, typeddict_hook)
 
     # Results: sets become (sorted when possible) lists, dates ISO strings,
     return converter
@@ -237,8 +281,8 @@ def _format_problem(exc: BaseException, tp: Any) -> str:
     elif isinstance(exc, ForbiddenExtraKeysError):
         extra = ", ".join(repr(k) for k in sorted(exc.extra_fields))
         accepted = ""
-        if _is_attrs(exc.cl):
-            names = [repr(f.alias or f.name) for f in attrs.fields(exc.cl) if f.init]
+        if _is_record(exc.cl):
+            names = [repr(key) for key in _record_keys(exc.cl)]
             accepted = f" (accepted: {', '.join(names)})"
         text = f"unknown field{'s' if len(exc.extra_fields) > 1 else ''} {extra}{accepted}"
     else:

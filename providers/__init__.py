@@ -56,6 +56,7 @@ from ._types import Image as Image
 from ._types import Message as Message
 from ._types import ModelRequest as ModelRequest
 from ._types import ModelResponse as ModelResponse
+from ._types import OutputFormat as OutputFormat
 from ._types import Price as Price
 from ._types import Provider as Provider
 from ._types import ProviderContext as ProviderContext
@@ -93,6 +94,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ModelSettings",
     "NotFound",
     "OpenAIProvider",
+    "OutputFormat",
     "Overloaded",
     "PermissionDenied",
     "Price",

@@ -29,6 +29,10 @@ Decisions:
 - Non-streaming (``stream=False``) answers are yielded as one ``TextDelta``
   (if any text), one ``ToolCallDelta`` per tool call (its whole arguments),
   one ``UsageDelta`` and the ``ModelResponse``.
+- A request's ``output_format`` (``Agent(output_mode="native")``) is sent as
+  structured outputs' ``output_config: {"format": {"type": "json_schema",
+  "schema": ...}}`` (generally available, no beta header; Claude Sonnet 4.5,
+  Opus 4.5, Haiku 4.5 and later); the answer is the message's text.
 """
 
 from __future__ import annotations
@@ -123,6 +127,8 @@ class AnthropicProvider(HttpProvider):
 
     name = "anthropic"
     api_key_env = API_KEY_ENV
+    #: Structured outputs: ``output_config.format`` with a ``json_schema``.
+    native_output = True
 
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
     anthropic_version: str = attrs.field(default="2023-06-01", kw_only=True)
@@ -221,6 +227,10 @@ class AnthropicProvider(HttpProvider):
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in request.tools
             ]
+        if request.output_format is not None:
+            # Structured outputs (GA, no beta header): the answer's text is the JSON.
+            schema = request.output_format.schema
+            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         if self.streaming:
             body["stream"] = True
         if settings is not None:

@@ -41,6 +41,8 @@ class HttpProvider:
     name: ClassVar[str]
     #: The environment variable the key is read from.
     api_key_env: ClassVar[str]
+    #: Whether the wire format has a native structured-output mode (``ModelRequest.output_format``).
+    native_output: ClassVar[bool] = False
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)

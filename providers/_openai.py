@@ -42,6 +42,9 @@ Decisions:
   chunk (or in a 200 body) raises :class:`StreamErrorEvent`.
 - Streamed text comes as ``TextDelta`` items, each ``tool_calls[].function.arguments``
   piece as a ``ToolCallDelta`` (the call's id and name on each).
+- A request's ``output_format`` (``Agent(output_mode="native")``) is sent as
+  ``response_format: {"type": "json_schema", "json_schema": {"name", "schema",
+  "strict"}}``; the answer is the message's text.
 - Tool-call arguments that are not valid JSON, or nest deeper than
   ``MAX_TOOL_ARGUMENT_DEPTH``, are kept as the raw string (and sent back so).
 """
@@ -143,6 +146,8 @@ class OpenAIProvider(HttpProvider):
 
     name = "openai"
     api_key_env = API_KEY_ENV
+    #: Structured outputs: ``response_format`` with a ``json_schema``.
+    native_output = True
 
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
     #: Where the output cap goes; ``None``: by host (see the module's notes).
@@ -256,6 +261,12 @@ class OpenAIProvider(HttpProvider):
                 }
                 for t in request.tools
             ]
+        if request.output_format is not None:
+            out = request.output_format
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": out.name, "schema": out.schema, "strict": out.strict},
+            }
         if self.streaming:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

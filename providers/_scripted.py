@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import attrs
@@ -124,6 +124,8 @@ class ScriptedProvider:
     #: The context window the run bounds its transcript to (``None``: unbounded).
     context_window: int | None = None
     requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
+    #: A native output format is accepted (and ignored: the script's text is the answer).
+    native_output: ClassVar[bool] = True
 
     def price(self) -> Price | None:
         return self.cost_per_mtok

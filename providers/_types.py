@@ -318,6 +318,22 @@ class ToolDef:
 
 
 @attrs.frozen(kw_only=True)
+class OutputFormat:
+    """A native structured-output format: the answer's text is JSON matching ``schema``.
+
+    Sent only to providers whose ``native_output`` is true (OpenAI's
+    ``response_format: {"type": "json_schema", ...}``, Anthropic's
+    ``output_config: {"format": {"type": "json_schema", ...}}``).
+    """
+
+    name: str
+    #: The JSON Schema of the answer (an object at the root).
+    schema: Mapping[str, Any]
+    #: Ask the provider to enforce the schema exactly (OpenAI's ``strict``).
+    strict: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ModelRequest:
     system: str
     messages: tuple[Message, ...]
@@ -327,6 +343,8 @@ class ModelRequest:
     #: The run's merged settings (``None``: none set); ``max_tokens`` above already
     #: holds the clamped cap, the provider maps the other fields.
     settings: ModelSettings | None = None
+    #: A native structured-output format (``Agent(output_mode="native")``), else ``None``.
+    output_format: OutputFormat | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, Literal, Protocol
 
 import attrs
+from typing_extensions import TypeForm, TypeVar
 
-from tether.actors import Judge, RestartPolicy, ToolSettings, ToolSpec, tool
+from tether.actors import OUTPUT_TOOL, Judge, RestartPolicy, ToolSettings, ToolSpec, tool
 from tether.providers import ModelSettings, Provider, check_settings
-
-if sys.version_info >= (3, 13):
-    from typing import TypeVar
-else:  # TypeVar defaults (PEP 696); typing_extensions comes with anyio below 3.13
-    from typing_extensions import TypeVar
 
 from ._context import ContextStrategy, KeepAll
 from ._lessons import LessonStore
 from ._limits import Limits
+from ._output import OutputMode, TypedOutput
 from ._policy import PolicyLike
 from ._subagent import agent_tool
 
@@ -26,7 +22,7 @@ Discovery = Literal["first", "auto", "off"]
 
 #: The type of the deps a run of the agent carries (``rt.start(..., deps=...)``).
 DepsT = TypeVar("DepsT", default=Any)
-#: The type of the agent's output: ``str`` until typed output (DESIGN §18) comes.
+#: The type of a run's output (``Agent(output_type=...)``); ``str`` unless given.
 OutputT = TypeVar("OutputT", default=str)
 _D = TypeVar("_D")
 
@@ -68,7 +64,11 @@ class Agent(Generic[DepsT, OutputT]):
 
     ``Agent[DepsT, OutputT]``: ``DepsT`` is the type of the deps its runs carry,
     inferred from tools that take a ``RunContext[DepsT]`` (``Any`` otherwise);
-    ``OutputT`` is ``str`` for now.
+    ``OutputT`` is the type of ``RunResult.output``, ``output_type`` (``str`` by
+    default): anything ``@tether.tool`` can describe. The model answers through a
+    ``final_result`` tool (``output_mode="tool"``) or, where the provider has
+    one, its native structured-output mode (``"native"``); see
+    :mod:`tether.runtime._output`.
     """
 
     name: str
@@ -88,6 +88,14 @@ class Agent(Generic[DepsT, OutputT]):
     discovery_threshold: int = 20
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
     settings: ModelSettings | None = None
+    output_type: TypeForm[OutputT] = str  # type: ignore[assignment]
+    output_mode: OutputMode = "tool"
+    #: Derived from ``output_type``: ``None`` for ``str``.
+    typed_output: TypedOutput | None = attrs.field(init=False, eq=False, repr=False)
+
+    @typed_output.default
+    def _make_typed_output(self) -> TypedOutput | None:
+        return TypedOutput.of(self.output_type, self.output_mode)
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -115,6 +123,23 @@ class Agent(Generic[DepsT, OutputT]):
                     f"Agent.settings must be a tether.ModelSettings, got {self.settings!r}"
                 )
             check_for(self, self.settings)
+        self._check_output()
+
+    def _check_output(self) -> None:
+        typed = self.typed_output
+        if typed is None:
+            return
+        if any(t.name == OUTPUT_TOOL for t in self.tools):
+            raise ValueError(
+                f"a tool is named {OUTPUT_TOOL!r}, the name of the output tool of an agent with "
+                "an output_type: rename the tool"
+            )
+        if typed.mode == "native" and not getattr(self.provider, "native_output", False):
+            raise ValueError(
+                f"Agent(output_mode='native'): the provider {type(self.provider).__name__} has no "
+                "native structured-output mode that tether uses; use output_mode='tool' (the "
+                "default, which works with every provider)"
+            )
 
     @property
     def scope(self) -> str:
@@ -143,6 +168,11 @@ def check_for(agent: Agent[Any, Any], settings: ModelSettings) -> None:
     if choice is None or choice in ("auto", "none"):
         return
     names = [t.name for t in agent.tools]
+    output_tool = agent.typed_output.tool if agent.typed_output is not None else None
+    if output_tool is not None:
+        if choice in ("required", output_tool.name):
+            return  # final_result is offered from the start, discovery or not
+        names.append(output_tool.name)
     if not names:
         raise ValueError(
             f"ModelSettings.tool_choice={choice!r} needs a tool, and agent {agent.name!r} has none"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.actors import ToolSpec, tool
 from tether.providers import ToolDef
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._output import TypedOutput
 
 #: How many tools one search returns at most.
 SEARCH_LIMIT = 5
@@ -55,12 +56,16 @@ class ActiveTools:
     """The tools a run offers the model now, and their definitions (built once per change).
 
     Without discovery that is the agent's whole catalogue. With it, only
-    ``search_tools`` at first; :meth:`promote` adds what a search found.
+    ``search_tools`` at first; :meth:`promote` adds what a search found. A
+    typed output's ``final_result`` tool is offered from the start either way
+    (it is not searched for).
     """
 
     __slots__ = ("_definitions", "catalogue", "discovery", "specs")
 
-    def __init__(self, tools: Sequence[ToolSpec], discovery: bool) -> None:
+    def __init__(
+        self, tools: Sequence[ToolSpec], discovery: bool, output: TypedOutput | None = None
+    ) -> None:
         #: Whether the catalogue is held back behind ``search_tools``.
         self.discovery = discovery
         #: What ``search_tools`` searches (empty without discovery).
@@ -68,6 +73,8 @@ class ActiveTools:
         self.specs: dict[str, ToolSpec] = (
             {SEARCH_TOOL.name: SEARCH_TOOL} if discovery else {t.name: t for t in tools}
         )
+        if output is not None and output.tool is not None:
+            self.specs[output.tool.name] = output.tool
         self._definitions: tuple[ToolDef, ...] | None = None
 
     def definitions(self) -> tuple[ToolDef, ...]:
@@ -86,10 +93,10 @@ class ActiveTools:
         return added
 
 
-def choose_tools(agent: Agent) -> ActiveTools:
+def choose_tools(agent: Agent[Any, Any]) -> ActiveTools:
     """An agent's active tools at the start of a run: its whole catalogue, or
     ``search_tools`` first (``discovery="first"``, or ``"auto"`` past the threshold)."""
     discovery = agent.discovery == "first" or (
         agent.discovery == "auto" and len(agent.tools) > agent.discovery_threshold
     )
-    return ActiveTools(agent.tools, discovery)
+    return ActiveTools(agent.tools, discovery, agent.typed_output)

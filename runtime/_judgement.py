@@ -13,7 +13,7 @@ Past the restart intensity the run ends ``crashed``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -48,7 +48,7 @@ class Judging:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any, Any],
         per_run: PerRun,
         trail: Trail,
         accounts: Accounts,

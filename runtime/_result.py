@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic
 
 import attrs
+import cattrs
+from typing_extensions import TypeForm, TypeVar
 
 import tether.runtime._events as ev
-from tether.actors import Judgement
-from tether.providers import Message
+from tether.actors import Judgement, OutputSchema, dump_output
+from tether.providers import Message, dump_messages, load_messages
 
+from ._agent import OutputT
 from ._limits import Termination, Usage
+
+LoadedT = TypeVar("LoadedT", default=str)
 
 
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """What a run produced.
 
     ``output`` is the answer (``answered``), the terminal tool's result
     (``terminal_tool``), the last candidate (``quality_exhausted``), the text
     so far (``max_continues``), or ``None`` when the run produced no answer.
+    With ``Agent(output_type=T)`` it is a ``T`` (the typed answer, or the
+    last candidate's) for ``answered`` and ``quality_exhausted``, else ``None``.
     ``passed`` is ``None`` without a judge or when nothing was judged.
     """
 
     run_id: str
-    output: str | None
+    output: OutputT | None
     termination: Termination
     passed: bool | None
     judgement: Judgement | None
@@ -43,6 +51,61 @@ class RunResult:
         ``Memory(1) → Model → Tools(2) → Model → Judge(0.62 ✗) → Model → Judge(0.91 ✓) → answered``.
         """
         return summarize(self.events)
+
+    def dump(self) -> dict[str, Any]:
+        """A JSON-ready dict of this result; :meth:`load` reads it back equal.
+
+        The output is in its JSON form (an attrs class or dataclass an object,
+        an enum its value), the messages in :func:`tether.dump_messages`'s form,
+        the events in :func:`tether.events.dump`'s.
+        """
+        return {
+            "run_id": self.run_id,
+            "output": dump_output(self.output),
+            "termination": self.termination.value,
+            "passed": self.passed,
+            "judgement": _converter.unstructure(self.judgement),
+            "usage": _converter.unstructure(self.usage),
+            "messages": dump_messages(self.messages),
+            "events": [ev.dump(e) for e in self.events],
+            "error": self.error,
+        }
+
+    @classmethod
+    def load(
+        cls,
+        data: Mapping[str, Any],
+        output_type: TypeForm[LoadedT] = str,  # type: ignore[assignment]
+    ) -> RunResult[LoadedT]:
+        """The result :meth:`dump` made ``data`` from, its output checked as an ``output_type``.
+
+        Raises ``ValueError`` naming what does not fit.
+        """
+        try:
+            raw = data["output"]
+            output: Any = raw
+            if raw is not None and output_type is not str:
+                output = OutputSchema.of(output_type).load(raw)
+            elif raw is not None and not isinstance(raw, str):
+                raise TypeError(f"expected a str output, got {type(raw).__name__}")
+            return RunResult[LoadedT](
+                run_id=data["run_id"],
+                output=output,
+                termination=Termination(data["termination"]),
+                passed=data["passed"],
+                judgement=None
+                if data["judgement"] is None
+                else _converter.structure(data["judgement"], Judgement),
+                usage=_converter.structure(data["usage"], Usage),
+                messages=tuple(load_messages(data["messages"])),
+                events=tuple(ev.load(e) for e in data["events"]),
+                error=data.get("error"),
+            )
+        except (KeyError, TypeError, ValueError, cattrs.BaseValidationError) as exc:
+            raise ValueError(f"not a dumped RunResult: {exc!r}") from exc
+
+
+_converter = cattrs.Converter()
 
 
 def summarize(events: Sequence[ev.Event]) -> str:

@@ -26,6 +26,7 @@ exceptions.
 from __future__ import annotations
 
 import functools
+import json
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from tether.actors import (
     RunTools,
     ToolActor,
     ToolOutput,
+    dump_output,
     spawn_mailbox,
     supervise,
 )
@@ -56,8 +58,9 @@ from ._budget import Hit, least
 from ._discovery import ActiveTools, choose_tools
 from ._history import user_message
 from ._judgement import Judging
-from ._limits import Termination
+from ._limits import Limits, Termination
 from ._modelcall import HeldModelClient, ModelClient
+from ._output import OUTPUT_GIVEN, add_user_text
 from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
@@ -115,7 +118,7 @@ class Run:
     def __init__(
         self,
         services: RuntimeServices,
-        agent: Agent,
+        agent: Agent[Any, Any],
         input: str,
         run_id: str,
         parent_run_id: str | None = None,
@@ -152,7 +155,7 @@ class Run:
         self.per_run = PerRun(run_id, extras, self.accounts)
         self.policies = Policies(agent.policies, trail, self.per_run.context)
         self.approvals = Approvals(state.approvals)
-        self.result: RunResult | None = None
+        self.result: RunResult[Any] | None = None
         # Made when someone waits for the result (most runs are awaited once, at the end).
         self._done: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
@@ -161,7 +164,7 @@ class Run:
         self._started: float | None = None  # when admitted (anyio.current_time())
         self._decision: Decision | None = None  # the loop's, once it has decided
         self._forced: Hit | None = None
-        self._tools = ActiveTools(agent.tools, False)
+        self._tools = ActiveTools(agent.tools, False, agent.typed_output)
         self._tool_round: ToolRound | None = None
         self._judging: Judging | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -315,9 +318,10 @@ class Run:
                 **trail.head(), termination=termination, usage=usage, output=output, error=error
             )
         )
+        typed = self.agent.typed_output
         self.result = RunResult(
             run_id=self.id,
-            output=output,
+            output=output if typed is None else typed.result(state, termination),
             termination=termination,
             passed=None if judgement is None else judgement.passed,
             judgement=judgement,
@@ -446,16 +450,21 @@ class Run:
                 # A tool call cut off mid-arguments is never run.
                 why = f"the response hit max_tokens inside tool call {calls[-1].name!r}"
                 return Decision.end(Termination.TRUNCATED_TOOL_CALL, why)
-            return self._continue_text(response)
+            return _continue_text(state, self.agent.limits, self.accounts, response)
         if calls:
-            return await self._execute_tools(response)
-        if stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
+            decision = await self._execute_tools(response)
+            if decision is not OUTPUT_GIVEN:
+                return decision
+        elif stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
             state.candidate = state.partial + response.text
             state.partial = ""
             state.messages.append(Message(role="assistant", content=response.content))
+            if (typed := self.agent.typed_output) and (again := typed.text_answer(state)):
+                return again
+        if calls or stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
             if self.agent.judge is None:
                 return Decision.end(Termination.ANSWERED)
-            return await self._judge_candidate(state.candidate)
+            return await self._judge_candidate(state.candidate or "")
         if stop is StopReason.PAUSE_TURN:
             state.messages.append(Message(role="assistant", content=response.content))
             return Decision("continue", "pause_turn")
@@ -502,20 +511,9 @@ class Run:
             tools=self._tools.definitions(),
             max_tokens=self.accounts.clamp(),
             settings=self.per_run.settings,
+            output_format=None if (typed := self.agent.typed_output) is None else typed.format,
         )
         return request if self._transcript is None else self._transcript.bound(request)
-
-    def _continue_text(self, response: ModelResponse) -> Decision:
-        limits, state, meter = self.agent.limits, self.state, self.state.usage
-        state.partial += response.text
-        if meter.continues >= limits.max_continues:
-            state.output = state.partial or None
-            self.accounts.record_hit("max_continues", limits.max_continues, meter.continues)
-            return Decision.end(Termination.MAX_CONTINUES)
-        meter.continues += 1
-        state.messages.append(Message(role="assistant", content=response.content))
-        state.messages.append(Message.user(CONTINUE_PROMPT))
-        return Decision("continue", "max_tokens")
 
     # ---------------------------------------------------------------- tools
 
@@ -534,6 +532,7 @@ class Run:
             actor=self._tools_actor,
             run_child=self._run_child,
             per_run=self.per_run,
+            output=self.agent.typed_output,
         )
         self.trail.enter("execute")
         try:
@@ -566,7 +565,8 @@ class Run:
     async def _judge_candidate(self, text: str) -> Decision:
         state, limits = self.state, self.agent.limits
         with self.trail.stage("judge"):
-            candidate = Candidate(text=text, question=self.input, round=state.round)
+            value = text if self.agent.typed_output is None else state.candidate_value
+            candidate = Candidate(text=text, question=self.input, round=state.round, output=value)
             judged = await self._judgement().judge(candidate)
         if isinstance(judged, Decision):
             return judged
@@ -576,8 +576,24 @@ class Run:
         if state.usage.quality_retries >= limits.max_quality_retries:
             return Decision.end(Termination.QUALITY_EXHAUSTED)
         state.usage.quality_retries += 1
-        state.messages.append(Message.user(_feedback_prompt(judged)))
+        add_user_text(state.messages, _feedback_prompt(judged))
         return Decision("retry", "judgement_failed")
+
+
+def _continue_text(
+    state: RunState, limits: Limits, accounts: Accounts, response: ModelResponse
+) -> Decision:
+    """``max_tokens`` without a tool call: keep the text and ask the model to go on."""
+    meter = state.usage
+    state.partial += response.text
+    if meter.continues >= limits.max_continues:
+        state.output = state.partial or None
+        accounts.record_hit("max_continues", limits.max_continues, meter.continues)
+        return Decision.end(Termination.MAX_CONTINUES)
+    meter.continues += 1
+    state.messages.append(Message(role="assistant", content=response.content))
+    state.messages.append(Message.user(CONTINUE_PROMPT))
+    return Decision("continue", "max_tokens")
 
 
 def _feedback_prompt(judgement: Judgement) -> str:
@@ -596,7 +612,7 @@ def _feedback_prompt(judgement: Judgement) -> str:
     )
 
 
-def _child_output(name: str, result: RunResult) -> ToolOutput:
+def _child_output(name: str, result: RunResult[Any]) -> ToolOutput:
     """A child run's result as its parent's tool result, with what it spent.
 
     The child ran inside the calling tool, so it lived in the parent's task
@@ -604,6 +620,8 @@ def _child_output(name: str, result: RunResult) -> ToolOutput:
     parent had left.
     """
     content = result.output
+    if content is not None and not isinstance(content, str):  # a typed child: its JSON
+        content = json.dumps(dump_output(content), ensure_ascii=False)
     if not result.termination.ok or content is None:
         content = (
             f"the sub-agent {name!r} ended {result.termination.value} "

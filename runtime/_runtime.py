@@ -6,7 +6,7 @@ import itertools
 import os
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic
 
 import anyio
 import attrs
@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 
 from tether.providers import Message, ModelSettings, TetherError
 
-from ._agent import Agent, DepsT
+from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._history import check_history
@@ -59,7 +59,7 @@ class PendingApproval:
     reason: str
 
 
-class RunHandle:
+class RunHandle(Generic[OutputT]):
     """The host's handle on one run: its events, its result, and cancellation."""
 
     __slots__ = ("_run",)
@@ -129,7 +129,7 @@ class RunHandle:
             for a in self._run.pending_approvals()
         ]
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         await self._run.wait_finished()
         assert self._run.result is not None
         return self._run.result
@@ -267,7 +267,7 @@ class Runtime:
 
     def start(
         self,
-        agent: Agent[DepsT, Any],
+        agent: Agent[DepsT, OutputT],
         input: RunInput,
         *,
         run_id: str | None = None,
@@ -276,7 +276,7 @@ class Runtime:
         deps: DepsT = None,  # type: ignore[assignment]
         history: Sequence[Message] | None = None,
         conversation: str | None = None,
-    ) -> RunHandle:
+    ) -> RunHandle[OutputT]:
         """Start a run and return its handle at once.
 
         ``input`` is a ``str``, or a sequence of ``str`` and ``tether.Image``
@@ -319,11 +319,11 @@ class Runtime:
         )
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
-        return RunHandle(run)
+        return RunHandle[OutputT](run)
 
     async def run(
         self,
-        agent: Agent[DepsT, Any],
+        agent: Agent[DepsT, OutputT],
         input: RunInput,
         *,
         run_id: str | None = None,
@@ -331,7 +331,7 @@ class Runtime:
         deps: DepsT = None,  # type: ignore[assignment]
         history: Sequence[Message] | None = None,
         conversation: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run ``agent`` on ``input`` and return its result (``settings``, ``deps``: see
         :meth:`start`).
 

@@ -61,6 +61,8 @@ class RunState:
     previous_calls: frozenset[tuple[str, str]] = frozenset()
     #: This round's candidate answer (``None`` once the round has none).
     candidate: str | None = None
+    #: Its typed value (``Agent(output_type=...)``; set with ``candidate``).
+    candidate_value: Any = None
     #: Text of responses cut off by ``max_tokens``, waiting for their continuation.
     partial: str = ""
     #: A terminal tool's result, or the text when continuations ran out.

@@ -38,6 +38,7 @@ from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._input import result_text
 from ._limits import Limits, Termination
+from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, blocked
 from ._state import Decision, PendingApproval, RunState
@@ -98,6 +99,7 @@ class ToolRound:
         "_catalogue",
         "_in_flight",
         "_limits",
+        "_output",
         "_per_run",
         "_policies",
         "_results",
@@ -123,8 +125,10 @@ class ToolRound:
         actor: Callable[[], ActorRef[RunTools]],
         run_child: ChildRunner | None,
         per_run: PerRun | None = None,
+        output: TypedOutput | None = None,
     ) -> None:
         self._calls = calls
+        self._output = output
         self._state = state
         self._tools = tools
         self._catalogue = catalogue
@@ -154,15 +158,23 @@ class ToolRound:
         state.previous_calls = frozenset(keys)
         admitted: list[ToolUseBlock] = []
         asks: list[tuple[ToolUseBlock, str]] = []
-        budget_hit = False
+        budget_hit = won = False
         for call in calls:
             trail.add(
                 ev.ToolCallStarted(
                     **trail.head(), call_id=call.id, name=call.name, arguments=call.input
                 )
             )
+        settled = _NONE_SETTLED  # no allocation in a round without typed output
+        if self._output is not None:  # final_result first (see _output.py)
+            settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
         for call, key in zip(calls, keys, strict=True):
-            if key in previous:
+            if settled and call.id in settled:
+                outcome, content, attempts = settled[call.id]
+                self._settle(call, outcome, content, attempts)
+            elif won:
+                self._settle(call, "denied", OUTPUT_FIRST, 0)
+            elif key in previous:
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
             elif call.name not in self._tools:
                 known = ", ".join(sorted(self._tools)) or "none"
@@ -201,6 +213,8 @@ class ToolRound:
         crossed = self._accounts.crossed()
         if crossed is not None:
             return Decision.end(crossed)
+        if won:
+            return OUTPUT_GIVEN
         for d in done:
             if d.outcome == "fatal_error":
                 return Decision.end(Termination.FATAL_TOOL_ERROR, f"{d.name}: {d.content}")
@@ -379,6 +393,8 @@ class ToolRound:
             self._state.messages.append(Message(role="user", content=results))
             self._calls = ()
 
+
+_NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -153,7 +153,7 @@ class Transcript:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any, Any],
         history: Sequence[Message],
         chat: Chat | None,
         window: int | None,
@@ -183,7 +183,7 @@ class Transcript:
 
     @classmethod
     def of(
-        cls, agent: Agent, history: Sequence[Message] = (), chat: Chat | None = None
+        cls, agent: Agent[Any, Any], history: Sequence[Message] = (), chat: Chat | None = None
     ) -> Transcript | None:
         """The run's transcript room, or ``None`` when it has nothing to do."""
         window = context_window(agent.provider)

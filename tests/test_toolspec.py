@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import enum
 import functools
 import json
 import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Optional
 
 import attrs
 import pytest
+import typing_extensions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -953,3 +956,61 @@ def test_definition_is_a_fresh_copy_every_time() -> None:
     assert second.input_schema == draw.input_schema
     assert second.input_schema["properties"]["shape"]["properties"]
     _assert_same_copy(draw.input_schema, second.input_schema, copy.deepcopy(draw.input_schema))
+
+
+# ---------------------------------------------------------------------------
+# Dataclasses and TypedDicts (also what Agent(output_type=...) accepts)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+    y: int = 0
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Movie(typing.TypedDict):
+    title: str
+    year: typing_extensions.NotRequired[int]
+
+
+def test_dataclass_and_typeddict_parameters_have_object_schemas() -> None:
+    """A dataclass and a TypedDict are closed objects; defaults shown, factories optional."""
+    assert json_schema(_Point) == {
+        "type": "object",
+        "properties": {
+            "x": {"type": "integer"},
+            "y": {"type": "integer", "default": 0},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    assert json_schema(_Movie) == {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
+        "required": ["title"],
+        "additionalProperties": False,
+    }
+
+
+def test_dataclass_and_typeddict_arguments_are_validated_strictly() -> None:
+    """Every problem in a dataclass or TypedDict argument is reported with its path."""
+
+    @tool
+    def place(p: _Point, m: _Movie) -> str:
+        """Place."""
+        return f"{p} {m}"
+
+    assert place.validate({"p": {"x": 1}, "m": {"title": "Up"}}) == {
+        "p": _Point(x=1),
+        "m": {"title": "Up"},
+    }
+    with pytest.raises(ToolArgumentsInvalid) as info:
+        place.validate({"p": {"x": "1", "z": 2}, "m": {"year": "x"}})
+    text = str(info.value)
+    assert "p.x: expected int, got str ('1')" in text
+    assert "p: unknown field 'z' (accepted: 'x', 'y', 'tags')" in text
+    assert "m.title: missing required field" in text
+    assert "m.year: expected int, got str ('x')" in text

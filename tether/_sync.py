@@ -8,18 +8,18 @@ import anyio
 
 from tether.providers import ModelSettings
 from tether.runtime import Agent, RunInput, RunResult, Runtime
-from tether.runtime._agent import DepsT
+from tether.runtime._agent import DepsT, OutputT
 
 
 def run_sync(
-    agent: Agent[DepsT, Any],
+    agent: Agent[DepsT, OutputT],
     input: RunInput,
     *,
     backend: Literal["asyncio", "trio"] = "asyncio",
     settings: ModelSettings | None = None,
     deps: DepsT = None,  # type: ignore[assignment]
     **runtime_kwargs: Any,
-) -> RunResult:
+) -> RunResult[OutputT]:
     """Run ``agent`` on ``input`` in a fresh event loop and return its result.
 
     It starts a :class:`~tether.Runtime` (``runtime_kwargs`` go to it, e.g.
@@ -41,7 +41,7 @@ def run_sync(
     # Build the Runtime now, so bad arguments fail before any loop starts.
     runtime = Runtime(**runtime_kwargs)
 
-    async def main() -> RunResult:
+    async def main() -> RunResult[OutputT]:
         async with runtime as rt:
             return await rt.run(agent, input, settings=settings, deps=deps)
 

@@ -5,6 +5,9 @@ Not collected by pytest (no ``test_`` prefix); it is only type-checked.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Literal, assert_type
+
 import attrs
 
 import tether
@@ -151,3 +154,45 @@ async def use_deps(provider: tether.providers.Provider) -> None:
         rt.start(agent, "q", deps=42)  # type: ignore[misc]
         await handle.result()
     del result, wrong
+
+
+@attrs.frozen
+class Trip:
+    city: str
+    days: int
+
+
+@dataclasses.dataclass
+class Hotel:
+    name: str
+
+
+async def typed_output(provider: tether.providers.Provider) -> None:
+    planner = tether.Agent(name="planner", provider=provider, output_type=Trip)
+    assert_type(planner, tether.Agent[Any, Trip])
+    plain = tether.Agent(name="plain", provider=provider)
+    assert_type(plain, tether.Agent[Any, str])
+    async with tether.Runtime() as rt:
+        trip = await rt.run(planner, "Plan a weekend in Lisbon")
+        assert_type(trip, tether.RunResult[Trip])
+        assert_type(trip.output, Trip | None)
+        text = await rt.run(plain, "q")
+        assert_type(text.output, str | None)
+        handle = rt.start(planner, "q")
+        assert_type(await handle.result(), tether.RunResult[Trip])
+        stays = tether.Agent(name="s", provider=provider, output_type=list[Hotel])
+        assert_type((await rt.run(stays, "q")).output, list[Hotel] | None)
+        either = tether.Agent(name="e", provider=provider, output_type=Trip | Hotel)
+        assert_type((await rt.run(either, "q")).output, Trip | Hotel | None)
+        vote = tether.Agent(name="v", provider=provider, output_type=Literal["yes", "no"])
+        assert_type((await rt.run(vote, "q")).output, Literal["yes", "no"] | None)
+    assert_type(tether.run_sync(planner, "q").output, Trip | None)
+
+
+def judge_sees_output(candidate: tether.Candidate) -> float:
+    return 1.0 if candidate.output is not None else 0.0
+
+
+def reload(data: dict[str, object]) -> None:
+    assert_type(tether.RunResult.load(data, Trip).output, Trip | None)
+    assert_type(tether.RunResult.load(data).output, str | None)
