@@ -109,6 +109,13 @@ class Accounts:
             least(b.remaining_cost() for b in budgets),
         )
 
+    def retarget(self, price: Price | None, default_max_tokens: int | None) -> None:
+        """Charge and clamp at another provider's price from now on (a fallback)."""
+        self.price = price
+        self._default_max = default_max_tokens
+        if price is None:
+            self.meter.unpriced = True  # its calls cannot be priced: the run's cost is unknown
+
     # -------------------------------------------------------- reservations
 
     @property

@@ -143,6 +143,10 @@ class ModelClient:
         )
         return response
 
+    def _failed(self, error: BaseException) -> Decision:
+        """The run's ending when the provider failed for good (a hook for the fallback)."""
+        return Decision.end(Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}")
+
     async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision:
         accounts, trail, meter = self._accounts, self._trail, self._accounts.meter
         reply: ReplyChannel[ModelReply] = ReplyChannel(16)
@@ -243,9 +247,7 @@ class ModelClient:
                         # say: the run trims once, then ends context_exceeded.
                         return self._finished(_context_exceeded(too_long))
                     case ModelFailed(error=error):
-                        return Decision.end(
-                            Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}"
-                        )
+                        return self._failed(error)
                     case ActorFailed():
                         crashed = _Crashed(item.error, attempt)
                     case _:
