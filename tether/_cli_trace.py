@@ -114,6 +114,8 @@ def describe(event: ev.Event) -> str:
         return f"attempt {event.attempt}{cap}"
     if isinstance(event, ev.ProviderRetry):
         return f"{event.error_type} after attempt {event.attempt}, wait {event.wait_s:.2f} s"
+    if isinstance(event, ev.ProviderFallback):
+        return f"{event.error_type}: {event.from_model} → {event.to_model}"
     if isinstance(event, ev.ProviderWait):
         return f"waited {event.wait_s:.2f} s: {event.reason}"
     if isinstance(event, ev.UsageCharged):
