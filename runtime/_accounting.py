@@ -258,10 +258,16 @@ class Accounts:
 
     def record(self, source: ev.ChargeSource, usage: TokenUsage, cost: float | None) -> None:
         """Record one charge as an event; the run's usage is the sum of these."""
-        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
+        input_tokens = usage.input_tokens + cache_read + cache_write
         if input_tokens or usage.output_tokens:
+            meter = self.meter
             if usage.estimated:
-                self.meter.estimated = True
+                meter.estimated = True
+            if cache_read or cache_write:
+                # Counted here, with the events: the meter's cache counts are their sum.
+                meter.cache_read_tokens += cache_read
+                meter.cache_write_tokens += cache_write
             trail = self._trail
             trail.add(
                 ev.UsageCharged(
@@ -271,6 +277,8 @@ class Accounts:
                     output_tokens=usage.output_tokens,
                     cost_usd=cost,
                     estimated=usage.estimated,
+                    cache_read_tokens=cache_read,
+                    cache_write_tokens=cache_write,
                 )
             )
 

@@ -124,6 +124,9 @@ class UsageCharged(Event):
     cost_usd: float | None
     #: Counted by tether's estimator: the provider reported no usage for this call.
     estimated: bool = False
+    #: Of ``input_tokens`` (which counts every input token): prompt-cache reads and writes.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)
