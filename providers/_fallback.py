@@ -82,6 +82,14 @@ class FallbackProvider:
     """
 
     providers: tuple[Provider, ...] = attrs.field(converter=_providers)
+    #: The primary's model (a run's ``RunStarted.model``).
+    model: str = attrs.field(init=False)
+    #: The primary's backoff (each provider of the chain waits by its own).
+    backoff: Backoff = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.model = self.primary.model
+        self.backoff = self.primary.backoff
 
     @property
     def primary(self) -> Provider:
@@ -91,16 +99,6 @@ class FallbackProvider:
     def name(self) -> str:
         """The primary's name (a run's ``RunStarted.provider``)."""
         return self.primary.name
-
-    @property
-    def model(self) -> str:
-        """The primary's model."""
-        return self.primary.model
-
-    @property
-    def backoff(self) -> Backoff:
-        """The primary's backoff (each provider of the chain waits by its own)."""
-        return self.primary.backoff
 
     @property
     def max_tokens(self) -> int | None:
