@@ -16,6 +16,7 @@ import tether
 from tether import events as ev
 from tether.providers import (
     Backoff,
+    ContextWindowExceeded,
     FallbackProvider,
     Fault,
     InvalidRequest,
@@ -319,6 +320,31 @@ async def test_the_clamp_uses_the_price_of_the_provider_the_request_goes_to(shar
     (charge,) = of(result.events, ev.UsageCharged)
     (call,) = of(result.events, ev.ModelCallFinished)
     assert charge.cost_usd == pytest.approx(dear.cost(call.usage))
+
+
+def _bug(request: Any, ctx: Any) -> Any:
+    raise RuntimeError("a parser bug")
+
+
+@pytest.mark.parametrize(
+    ("script", "ending"),
+    [
+        ([Fault(error=InvalidRequest("bad"))], tether.Termination.PROVIDER_FAILED),
+        ([Fault(error=ContextWindowExceeded("long"))], tether.Termination.CONTEXT_EXCEEDED),
+        (_bug, tether.Termination.PROVIDER_FAILED),
+    ],
+    ids=["invalid-request", "context-window", "provider-bug"],
+)
+async def test_what_retrying_elsewhere_cannot_fix_is_not_passed_on(
+    script: Any, ending: tether.Termination
+) -> None:
+    """A fatal error, a prompt too long (the run trims instead) and a provider's bug stay put."""
+    primary = ScriptedProvider(script, model="a")
+    secondary = scripted(Reply(text="5"), model="b", record=True)
+    result = await run(agent_on(FallbackProvider([primary, secondary])))
+    assert result.termination is ending
+    assert not of(result.events, ev.ProviderFallback)
+    assert not secondary.requests
 
 
 async def test_an_unpriced_provider_in_use_makes_the_cost_unknown() -> None:
