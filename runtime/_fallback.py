@@ -21,7 +21,11 @@ On a switch the run records ``ProviderFallback`` and then a
 stays on the new provider for its later calls. The logical call is still one
 model call (``Usage.model_calls``); every request sent is a provider attempt.
 When the last provider fails too, the run ends ``provider_failed`` with an
-error naming each provider's failure.
+error naming each provider's failure. A response that stops ``refusal``
+also goes on to the next provider (DESIGN §6: a fallback is tried before the
+run ends ``refusal``); the refused call stays in the trail (its
+``ModelCallFinished`` and charge), and ``ProviderFallback.error_type`` says
+``refusal``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,14 @@ import attrs
 
 import tether.runtime._events as ev
 from tether.actors import ActorRef, ModelActor, ModelCall
-from tether.providers import FallbackProvider, ModelRequest, ModelResponse, Provider, falls_through
+from tether.providers import (
+    FallbackProvider,
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StopReason,
+    falls_through,
+)
 
 from ._accounting import Accounts
 from ._limits import Limits, Termination
@@ -128,21 +139,31 @@ class FallbackModelClient(ModelClient):
             self._failure = None
             outcome = await self._send(request, 1)
             failure, self._failure = self._failure, None
+            last = self._index + 1 == len(self._chain)
             if failure is None:
-                return outcome  # answered, or ended for a reason of the run's own
-            failures.append(f"{_named(self.provider)}: {type(failure).__name__}: {failure}")
-            if not falls_through(failure) or self._index + 1 == len(self._chain):
-                if len(failures) == 1:
-                    return outcome
-                why = f"every provider tried failed: {'; '.join(failures)}"
-                return Decision.end(Termination.PROVIDER_FAILED, why)
-            switched = await self._switch(request, failure)
+                if (
+                    last
+                    or not isinstance(outcome, ModelResponse)
+                    or outcome.stop_reason is not StopReason.REFUSAL
+                ):
+                    return outcome  # answered, or ended for a reason of the run's own
+                # DESIGN §6: a refusal tries the next provider before the run ends.
+                switched = await self._switch(request, "refusal", outcome.text)
+            else:
+                failures.append(f"{_named(self.provider)}: {type(failure).__name__}: {failure}")
+                if last or not falls_through(failure):
+                    if len(failures) == 1:
+                        return outcome
+                    why = f"every provider tried failed: {'; '.join(failures)}"
+                    return Decision.end(Termination.PROVIDER_FAILED, why)
+                error_type = getattr(failure, "error_type", type(failure).__name__)
+                switched = await self._switch(request, error_type, str(failure))
             if isinstance(switched, Decision):
                 return switched
             request = switched
 
     async def _switch(
-        self, request: ModelRequest, failure: BaseException
+        self, request: ModelRequest, error_type: str, message: str
     ) -> ModelRequest | Decision:
         """Move to the next provider: its actor, backoff and price; the request re-clamped."""
         old = self.provider
@@ -160,10 +181,10 @@ class FallbackModelClient(ModelClient):
                 **trail.head(),
                 from_model=old.model,
                 to_model=new.model,
-                error_type=getattr(failure, "error_type", type(failure).__name__),
+                error_type=error_type,
                 from_provider=old.name,
                 to_provider=new.name,
-                message=str(failure),
+                message=message,
             )
         )
         ceiling = accounts.before_call()  # the new price may leave the budget nothing to buy

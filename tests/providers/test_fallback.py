@@ -26,6 +26,7 @@ from tether.providers import (
     Reply,
     ScriptedProvider,
     ServerError,
+    StopReason,
     TokenUsage,
     ToolCall,
     price_for,
@@ -320,6 +321,28 @@ async def test_the_clamp_uses_the_price_of_the_provider_the_request_goes_to(shar
     (charge,) = of(result.events, ev.UsageCharged)
     (call,) = of(result.events, ev.ModelCallFinished)
     assert charge.cost_usd == pytest.approx(dear.cost(call.usage))
+
+
+@pytest.mark.parametrize("second_refuses", [False, True])
+async def test_a_refusal_tries_the_next_provider_first(second_refuses: bool) -> None:
+    """DESIGN §6: a refusal goes on to the next provider; the run ends refusal only when the
+    last one refuses too."""
+    no = Reply(text="I cannot help with that.", stop_reason=StopReason.REFUSAL)
+    primary = scripted(no, model="a")
+    secondary = scripted(no if second_refuses else Reply(text="5"), model="b")
+    result = await run(agent_on(FallbackProvider([primary, secondary])))
+    (switch,) = of(result.events, ev.ProviderFallback)
+    assert (switch.error_type, switch.message) == ("refusal", "I cannot help with that.")
+    calls = of(result.events, ev.ModelCallFinished)
+    second = "refusal" if second_refuses else "end_turn"
+    assert [c.stop_reason for c in calls] == ["refusal", second]
+    assert result.usage.model_calls == 1
+    assert result.usage.steps == 1
+    if second_refuses:
+        assert result.termination is tether.Termination.REFUSAL
+    else:
+        assert result.termination is tether.Termination.ANSWERED
+        assert result.output == "5"
 
 
 def _bug(request: Any, ctx: Any) -> Any:
