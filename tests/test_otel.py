@@ -29,6 +29,7 @@ from tether.providers import (
     RateLimited,
     Reply,
     ScriptedProvider,
+    TokenUsage,
     ToolCall,
 )
 
@@ -336,6 +337,22 @@ async def test_chat_span_names_the_model_a_fallback_answered_with(
     assert switch.attributes["tether.from_model"] == "primary-1"
     assert switch.attributes["error.type"] == "rate_limited"
     assert attrs_of(chats[1])["gen_ai.provider.name"] == "other"
+
+
+async def test_cache_tokens_are_on_the_chat_and_run_spans(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Cache reads and writes show on the chat span and, summed, on the run span."""
+    usage = TokenUsage(input_tokens=5, output_tokens=2, cache_read_tokens=100, cache_write_tokens=7)
+    agent = tether.Agent(name="cached", provider=ScriptedProvider([Reply(text="hi", usage=usage)]))
+    async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+        await rt.run(agent, "q")
+    spans = exporter.get_finished_spans()
+    for span in (by_name(spans, "chat")[0], by_name(spans, "invoke_agent")[0]):
+        attributes = attrs_of(span)
+        assert attributes["gen_ai.usage.input_tokens"] == 112
+        assert attributes["gen_ai.usage.cache_read.input_tokens"] == 100
+        assert attributes["gen_ai.usage.cache_creation.input_tokens"] == 7
 
 
 async def test_run_span_nests_under_the_current_span(

@@ -470,6 +470,10 @@ class OtelSink:
             }
             if usage.cost_usd is not None:
                 attributes["tether.usage.cost_usd"] = usage.cost_usd
+            if usage.cache_read_tokens:
+                attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+            if usage.cache_write_tokens:
+                attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
             if self.capture_content and event.output is not None:
                 attributes["tether.output"] = event.output
             run.span.set_attributes(attributes)
