@@ -17,8 +17,11 @@ budget, before the same request is sent again. And the events are the run's.
 A provider of its own (``FallbackProvider.stream``) could do none of that.
 
 On a switch the run records ``ProviderFallback`` and then a
-``ModelCallStarted`` (attempt 1: the attempts are the new provider's), and
-stays on the new provider for its later calls. The logical call is still one
+``ModelCallStarted`` whose attempt number goes on from the last one (so
+every consumer that keys on attempts, a delta reader first, sees the call
+start over), and stays on the new provider for its later calls. The new
+provider still has ``max_provider_attempts`` of its own, and its backoff
+starts from its own first attempt. The logical call is still one
 model call (``Usage.model_calls``); every request sent is a provider attempt.
 When the last provider fails too, the run ends ``provider_failed`` with an
 error naming each provider's failure. A response that stops ``refusal``
@@ -96,7 +99,7 @@ class FallbackModelClient(ModelClient):
     """Model calls on a chain of providers: the next one takes the same request
     when the current one fails for good with a failure another might not have."""
 
-    __slots__ = ("_chain", "_failure", "_index", "_spawn")
+    __slots__ = ("_cap", "_chain", "_failure", "_index", "_spawn")
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class FallbackModelClient(ModelClient):
             backoff=chain[0].backoff,
         )
         self._chain = chain
+        self._cap = max_attempts
         self._index = 0
         self._spawn = spawn
         self._failure: BaseException | None = None
@@ -133,11 +137,18 @@ class FallbackModelClient(ModelClient):
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         failures: list[str] = []
+        # Attempts are numbered on across the chain (a delta reader sees the text
+        # start over at a new number); each provider still has ``cap`` of its own.
+        start, cap = meter.provider_attempts, self._cap
+        self._before, self._max_attempts = 0, cap
         while True:
             meter.provider_attempts += 1
-            trail.add(ev.ModelCallStarted(**trail.head(), attempt=1, max_tokens=request.max_tokens))
+            first = self._before + 1
+            trail.add(
+                ev.ModelCallStarted(**trail.head(), attempt=first, max_tokens=request.max_tokens)
+            )
             self._failure = None
-            outcome = await self._send(request, 1)
+            outcome = await self._send(request, first)
             failure, self._failure = self._failure, None
             last = self._index + 1 == len(self._chain)
             if failure is None:
@@ -161,6 +172,8 @@ class FallbackModelClient(ModelClient):
             if isinstance(switched, Decision):
                 return switched
             request = switched
+            self._before = meter.provider_attempts - start
+            self._max_attempts = self._before + cap
 
     async def _switch(
         self, request: ModelRequest, error_type: str, message: str

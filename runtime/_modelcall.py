@@ -65,7 +65,7 @@ class _Crashed:
 class ModelClient:
     """Sends a run's model calls to its ModelActor."""
 
-    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail")
+    __slots__ = ("_accounts", "_actor", "_backoff", "_before", "_max_attempts", "_trail")
 
     def __init__(
         self,
@@ -81,6 +81,8 @@ class ModelClient:
         self._accounts = accounts
         self._max_attempts = max_attempts
         self._backoff = backoff
+        #: Attempts an earlier provider of a fallback chain spent on the call in flight.
+        self._before = 0
 
     def close(self) -> None:
         """Close the actor's mailbox: it ends once idle."""
@@ -111,7 +113,7 @@ class ModelClient:
             why = f"ActorCrashed: the model actor crashed on attempt {attempt}:\n"
             why += error.traceback
             return Decision.end(Termination.PROVIDER_FAILED, why)
-        wait = self._backoff.wait(attempt)
+        wait = self._backoff.wait(attempt - self._before)
         trail.add(
             ev.ProviderRetry(
                 **trail.head(),
@@ -163,7 +165,11 @@ class ModelClient:
         input_estimate: int | None = None
         streamed_bytes = 0
         call = ModelCall(
-            request=request, max_attempts=self._max_attempts, reply=reply, first_attempt=first
+            request=request,
+            max_attempts=self._max_attempts,
+            reply=reply,
+            first_attempt=first,
+            attempts_before=self._before,
         )
         crashed: _Crashed | None = None
         try:

@@ -166,7 +166,7 @@ async def test_a_rate_limited_primary_falls_over_and_the_run_answers(
         "ModelCallStarted",
         "ModelCallFinished",
     ]
-    assert [e.attempt for e in of(round_two, ev.ModelCallStarted)] == [1, 2, 1]
+    assert [e.attempt for e in of(round_two, ev.ModelCallStarted)] == [1, 2, 3]
     assert result.usage.model_calls == 2
     assert result.usage.provider_attempts == 4
 
@@ -294,6 +294,26 @@ async def test_the_run_stays_on_the_provider_that_answered() -> None:
     assert [ctx.call_index for ctx, _ in secondary.requests] == [0, 1]
     assert len(of(result.events, ev.ProviderFallback)) == 1
     assert result.summary() == "Model(fallback:b) → Tools(1) → Model → answered"
+
+
+@AUTOJUMP
+async def test_each_provider_has_its_own_attempts_and_backoff() -> None:
+    """Attempts are numbered on across the chain, but each provider has max_provider_attempts
+    of its own, and its backoff starts from its own first attempt."""
+    slow = Fault(error=ServerError("down"))
+    primary = scripted(slow, slow, model="a", backoff=Backoff(initial=0.5, jitter=False))
+    secondary = scripted(
+        slow,
+        Reply(text="5"),
+        model="b",
+        backoff=Backoff(initial=1.0, multiplier=10.0, jitter=False),
+    )
+    result = await run(agent_on(FallbackProvider([primary, secondary]), max_provider_attempts=2))
+    assert result.termination is tether.Termination.ANSWERED
+    assert [e.attempt for e in of(result.events, ev.ModelCallStarted)] == [1, 2, 3, 4]
+    retries = of(result.events, ev.ProviderRetry)
+    assert [(r.attempt, r.wait_s) for r in retries] == [(1, 0.5), (3, 1.0)]
+    assert (result.usage.model_calls, result.usage.provider_attempts) == (1, 4)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["run-budget", "runtime-budget"])
