@@ -114,6 +114,18 @@ class FallbackProvider:
         # No gate of its own: each provider of the chain has its own.
         return None
 
+    def check_settings(self, settings: object) -> None:
+        """``ValueError`` unless every provider of the chain honours ``settings``
+        (a request may go to any of them)."""
+        for i, provider in enumerate(self.providers):
+            check = getattr(provider, "check_settings", None)
+            if check is None:
+                raise ValueError(
+                    f"FallbackProvider: providers[{i}] ({type(provider).__name__}) does not "
+                    "say which model settings it honours (it has no check_settings method)"
+                )
+            check(settings)
+
     async def stream(
         self, request: ModelRequest, ctx: ProviderContext
     ) -> AsyncIterator[StreamItem]:

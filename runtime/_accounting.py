@@ -110,9 +110,13 @@ class Accounts:
         )
 
     def retarget(self, price: Price | None, default_max_tokens: int | None) -> None:
-        """Charge and clamp at another provider's price from now on (a fallback)."""
+        """Charge and clamp at another provider's price, and bound the clamp by its
+        ``max_tokens``, from now on (a fallback). A ``max_tokens`` the run's model
+        settings asked for still wins over the provider's."""
         self.price = price
-        self._default_max = default_max_tokens
+        # getattr: the asked cap is a slot only where the run has model settings.
+        asked = getattr(self, "_asked", None)
+        self._default_max = asked if asked is not None else default_max_tokens
         if price is None:
             self.meter.unpriced = True  # its calls cannot be priced: the run's cost is unknown
 

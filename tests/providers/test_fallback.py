@@ -469,3 +469,32 @@ def test_bad_chains_are_refused_with_a_clear_error() -> None:
         FallbackProvider([one, inner])
     chain = FallbackProvider([one, scripted(Reply(text="y"), model="b")])
     assert (chain.name, chain.model, chain.gate_key()) == ("scripted", "a", None)
+
+
+def test_model_settings_must_suit_every_provider_of_the_chain() -> None:
+    """check_settings asks each provider of the chain; one that cannot say is refused."""
+    asked: list[tuple[str, object]] = []
+
+    class Picky(ScriptedProvider):
+        def check_settings(self, settings: object) -> None:
+            asked.append((self.model, settings))
+            if settings == "bad":
+                raise ValueError(f"{self.model} cannot honour {settings}")
+
+    chain = FallbackProvider([Picky([], model="a"), Picky([], model="b")])
+    chain.check_settings("good")
+    assert asked == [("a", "good"), ("b", "good")]
+    with pytest.raises(ValueError, match="a cannot honour bad"):
+        chain.check_settings("bad")
+    silent = FallbackProvider([Picky([], model="a"), _Silent([], model="s")])
+    with pytest.raises(ValueError, match=r"providers\[1\] \(_Silent\) does not say"):
+        silent.check_settings("good")
+
+
+class _Silent(ScriptedProvider):
+    """A provider with no check_settings (as the scripted one is, before model settings)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "check_settings":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
