@@ -106,6 +106,14 @@ class FallbackProvider:
         value = getattr(self.primary, "max_tokens", None)
         return value if isinstance(value, int) else None
 
+    @property
+    def context_window(self) -> int | None:
+        """The smallest context window the chain's providers state (a request may go to
+        any of them, so a history is bounded to fit them all); ``None`` if none states one."""
+        windows = [getattr(p, "context_window", None) for p in self.providers]
+        stated = [w for w in windows if isinstance(w, int) and not isinstance(w, bool) and w > 0]
+        return min(stated) if stated else None
+
     def price(self) -> Price | None:
         """The primary's price (each call is charged at its own provider's)."""
         return self.primary.price()

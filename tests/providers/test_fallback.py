@@ -498,3 +498,29 @@ class _Silent(ScriptedProvider):
         if name == "check_settings":
             raise AttributeError(name)
         return super().__getattribute__(name)
+
+
+def test_the_context_window_is_the_tightest_of_the_chain() -> None:
+    """A history is bounded to fit every provider a request may go to."""
+
+    plain = scripted(Reply(text="x"), model="a")
+    assert FallbackProvider([plain, plain]).context_window is None
+    assert FallbackProvider([plain, _Windowed(8_000), _Windowed(9_000)]).context_window == 8_000
+
+
+class _Windowed:
+    """The least of a provider that states its context window."""
+
+    name, model, backoff = "windowed", "w", Backoff()
+
+    def __init__(self, window: int) -> None:
+        self.context_window = window
+
+    def stream(self, request: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def price(self) -> None:
+        return None
+
+    def gate_key(self) -> None:
+        return None
