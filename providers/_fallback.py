@@ -114,6 +114,11 @@ class FallbackProvider:
         stated = [w for w in windows if isinstance(w, int) and not isinstance(w, bool) and w > 0]
         return min(stated) if stated else None
 
+    @property
+    def native_output(self) -> bool:
+        """Whether every provider of the chain has a native structured-output mode."""
+        return all(getattr(p, "native_output", False) is True for p in self.providers)
+
     def price(self) -> Price | None:
         """The primary's price (each call is charged at its own provider's)."""
         return self.primary.price()

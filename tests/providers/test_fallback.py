@@ -508,6 +508,14 @@ def test_the_context_window_is_the_tightest_of_the_chain() -> None:
     assert FallbackProvider([plain, _Windowed(8_000), _Windowed(9_000)]).context_window == 8_000
 
 
+def test_native_output_only_where_every_provider_has_it() -> None:
+    """Typed output's native mode needs every provider of the chain to have one."""
+    native, plain = _Windowed(1), _Windowed(2)
+    native.native_output = True  # type: ignore[attr-defined]
+    assert FallbackProvider([native, native]).native_output is True
+    assert FallbackProvider([native, plain]).native_output is False
+
+
 class _Windowed:
     """The least of a provider that states its context window."""
 
