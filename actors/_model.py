@@ -87,12 +87,17 @@ class ModelCall:
 
     ``first_attempt`` numbers the first attempt of this call: a call resent
     after the actor crashed goes on counting from where the crash left it.
+    ``attempts_before`` are the attempts an earlier provider of a fallback
+    chain spent on the same logical call: the numbers go on from there (up to
+    ``max_attempts``, which counts them), but this provider's backoff starts
+    from its own first attempt.
     """
 
     request: ModelRequest
     max_attempts: int
     reply: ReplyChannel[ModelReply]
     first_attempt: int = 1
+    attempts_before: int = 0
 
 
 class ProviderBug(ProviderError):
@@ -136,7 +141,7 @@ class ModelActor:
                 if attempt >= call.max_attempts:
                     await reply.send(ModelFailed(error=exc))
                     return
-                wait = self._provider.backoff.wait(attempt, exc.retry_after)
+                wait = self._provider.backoff.wait(attempt - call.attempts_before, exc.retry_after)
                 await reply.send(
                     RetryScheduled(
                         error_type=exc.error_type, message=str(exc), attempt=attempt, wait_s=wait

@@ -31,6 +31,8 @@ from ._errors import StreamInterrupted as StreamInterrupted
 from ._errors import TetherError as TetherError
 from ._errors import TransientProviderError as TransientProviderError
 from ._errors import name_errors_by_package as name_errors_by_package
+from ._fallback import FallbackProvider as FallbackProvider
+from ._fallback import falls_through as falls_through
 from ._openai import OpenAIProvider as OpenAIProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import context_window_for as context_window_for
@@ -79,6 +81,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ConnectionDropped",
     "ContentBlock",
     "ContextWindowExceeded",
+    "FallbackProvider",
     "FatalProviderError",
     "Fault",
     "IMAGE_MEDIA_TYPES",
@@ -126,6 +129,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "check_settings",
     "context_window_for",
     "dump_messages",
+    "falls_through",
     "load_messages",
     "price_for",
 ]

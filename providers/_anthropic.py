@@ -33,13 +33,28 @@ Decisions:
   structured outputs' ``output_config: {"format": {"type": "json_schema",
   "schema": ...}}`` (generally available, no beta header; Claude Sonnet 4.5,
   Opus 4.5, Haiku 4.5 and later); the answer is the message's text.
+- Prompt caching (``cache="auto"``) puts ``cache_control: {"type":
+  "ephemeral"}`` breakpoints on the last tool (the catalogue), the system
+  prompt (sent as one text block for it), the last content block of the last
+  message (the newest turn, written for the next round to read) and the last
+  block of the user message before it (the previous round's breakpoint: read
+  back even when a round added more blocks than the API looks back over): at
+  most 4, the API's limit. It is off by default: a cache write costs 1.25
+  times the input price, so caching pays only when a long prefix is sent
+  again within the cache's five minutes (a run of several rounds, a repeated
+  system prompt), which the caller knows and tether does not; and a request
+  without it is byte for byte what it was. Prefixes shorter than the model's
+  minimum (1,024 or 2,048 tokens) are not cached, silently, by the API.
+- Usage: ``input_tokens`` is Anthropic's (the uncached input);
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` are
+  ``cache_read_tokens`` and ``cache_write_tokens``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 from httpx_sse import ServerSentEvent
@@ -119,6 +134,20 @@ OWN_HEADERS = frozenset(
     {"x-api-key", "authorization", "anthropic-version", "content-type", "accept"}
 )
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+#: ``AnthropicProvider(cache=...)``: ``"auto"`` marks the prompt for caching.
+CacheMode = Literal["off", "auto"]
+#: The breakpoint tether puts on a block (the default five-minute cache).
+EPHEMERAL = {"type": "ephemeral"}
+#: The most ``cache_control`` breakpoints the Messages API takes in one request.
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _cache_mode(value: object) -> CacheMode:
+    if value == "off" or value is None or value is False:
+        return "off"
+    if value == "auto":
+        return "auto"
+    raise ValueError(f'AnthropicProvider(cache=...) takes "auto" or "off", got {value!r}')
 
 
 @attrs.define(eq=False)
@@ -132,6 +161,9 @@ class AnthropicProvider(HttpProvider):
 
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, kw_only=True)
     anthropic_version: str = attrs.field(default="2023-06-01", kw_only=True)
+    #: ``"auto"``: prompt-caching breakpoints on the tools, the system prompt and
+    #: the newest turn (see the module's notes); ``"off"`` (the default): none.
+    cache: CacheMode = attrs.field(default="off", kw_only=True, converter=_cache_mode)
 
     # -- Provider protocol ------------------------------------------------
 
@@ -235,6 +267,8 @@ class AnthropicProvider(HttpProvider):
             body["stream"] = True
         if settings is not None:
             _settings(body, settings, bool(request.tools))
+        if self.cache == "auto":
+            mark_cache_breakpoints(body)
         return body
 
     # -- response -----------------------------------------------------------
@@ -300,6 +334,31 @@ def _settings(body: dict[str, Any], settings: ModelSettings, has_tools: bool) ->
         body["metadata"] = dict(settings.metadata)
     if settings.extra_body:
         add_extra_body(body, settings.extra_body, "anthropic")
+
+
+def mark_cache_breakpoints(body: dict[str, Any]) -> None:
+    """Put ``cache_control`` breakpoints on ``body`` (a Messages API request), in
+    place: the last tool, the system prompt, the newest turn's last block and
+    the previous user turn's last block; never more than the API allows."""
+    marks: list[dict[str, Any]] = []
+    tools = body.get("tools")
+    if tools:
+        marks.append(tools[-1])
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        block: dict[str, Any] = {"type": "text", "text": system}
+        body["system"] = [block]
+        marks.append(block)
+    messages = body["messages"]
+    if messages and messages[-1]["content"]:
+        marks.append(messages[-1]["content"][-1])
+        for message in reversed(messages[:-1]):
+            if message["role"] == "user":
+                if message["content"]:
+                    marks.append(message["content"][-1])
+                break
+    for block in marks[:MAX_CACHE_BREAKPOINTS]:
+        block["cache_control"] = dict(EPHEMERAL)
 
 
 def _message(message: Message) -> dict[str, Any]:

@@ -349,6 +349,16 @@ class ModelRequest:
 
 @attrs.frozen(kw_only=True)
 class TokenUsage:
+    """One call's usage, as its provider reported it (Anthropic's convention).
+
+    The three input counts do not overlap: ``input_tokens`` are the input
+    tokens neither read from nor written to the prompt cache (Anthropic's
+    ``input_tokens``; OpenAI's ``prompt_tokens`` minus its ``cached_tokens``),
+    ``cache_read_tokens`` were read from it, ``cache_write_tokens`` written to
+    it. Each is priced at its own rate (:meth:`Price.cost`). :attr:`prompt_tokens`
+    is their sum: every input token, as a run's ``Usage.input_tokens`` counts.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -357,8 +367,14 @@ class TokenUsage:
     estimated: bool = False
 
     @property
+    def prompt_tokens(self) -> int:
+        """Every input token: uncached, read from the cache and written to it."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        """Every input and output token."""
+        return self.prompt_tokens + self.output_tokens
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(

@@ -117,6 +117,17 @@ class Accounts:
             least(b.remaining_cost() for b in budgets),
         )
 
+    def retarget(self, price: Price | None, default_max_tokens: int | None) -> None:
+        """Charge and clamp at another provider's price, and bound the clamp by its
+        ``max_tokens``, from now on (a fallback). A ``max_tokens`` the run's model
+        settings asked for still wins over the provider's."""
+        self.price = price
+        # getattr: the asked cap is a slot only where the run has model settings.
+        asked = self._asked
+        self._default_max = asked if asked is not None else default_max_tokens
+        if price is None:
+            self.meter.unpriced = True  # its calls cannot be priced: the run's cost is unknown
+
     # -------------------------------------------------------- reservations
 
     @property
@@ -259,10 +270,16 @@ class Accounts:
 
     def record(self, source: ev.ChargeSource, usage: TokenUsage, cost: float | None) -> None:
         """Record one charge as an event; the run's usage is the sum of these."""
-        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
+        input_tokens = usage.input_tokens + cache_read + cache_write
         if input_tokens or usage.output_tokens:
+            meter = self.meter
             if usage.estimated:
-                self.meter.estimated = True
+                meter.estimated = True
+            if cache_read or cache_write:
+                # Counted here, with the events: the meter's cache counts are their sum.
+                meter.cache_read_tokens += cache_read
+                meter.cache_write_tokens += cache_write
             trail = self._trail
             trail.add(
                 ev.UsageCharged(
@@ -272,6 +289,8 @@ class Accounts:
                     output_tokens=usage.output_tokens,
                     cost_usd=cost,
                     estimated=usage.estimated,
+                    cache_read_tokens=cache_read,
+                    cache_write_tokens=cache_write,
                 )
             )
 

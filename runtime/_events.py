@@ -93,6 +93,20 @@ class ProviderRetry(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ProviderFallback(Event):
+    """A ``FallbackProvider``'s provider failed for good; the same request goes to
+    the next one (``to_model``), which the run then stays on."""
+
+    from_model: str
+    to_model: str
+    error_type: str
+    from_provider: str = ""
+    to_provider: str = ""
+    #: The failure that made the switch.
+    message: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class ProviderWait(Event):
     """The run waited on its provider's gate (another run's 429 paused everyone)."""
 
@@ -110,6 +124,9 @@ class UsageCharged(Event):
     cost_usd: float | None
     #: Counted by tether's estimator: the provider reported no usage for this call.
     estimated: bool = False
+    #: Of ``input_tokens`` (which counts every input token): prompt-cache reads and writes.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -317,6 +334,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LessonsRecalled,
         ModelCallStarted,
         ProviderRetry,
+        ProviderFallback,
         ProviderWait,
         UsageCharged,
         ModelCallFinished,

@@ -91,7 +91,15 @@ class Limits:
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """What a run consumed. ``cost_usd`` is ``None`` when any part could not be priced."""
+    """What a run consumed. ``cost_usd`` is ``None`` when any part could not be priced.
+
+    ``input_tokens`` counts every input token the run's calls sent, whether the
+    provider read it from its prompt cache, wrote it there, or neither (what
+    OpenAI calls ``prompt_tokens``); ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how many of them were cache reads and writes
+    (priced at the cache prices). They count the run's own model and judge
+    calls; a sub-agent's are in its own result.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -105,6 +113,10 @@ class Usage:
     #: Some of the tokens were estimated by tether: a provider reported no usage
     #: for a call (see ``tether.runtime.estimate_tokens``).
     estimated: bool = False
+    #: Of ``input_tokens``: read from the provider's prompt cache.
+    cache_read_tokens: int = 0
+    #: Of ``input_tokens``: written to the provider's prompt cache.
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -126,6 +138,8 @@ class UsageMeter:
     quality_retries: int = 0
     continues: int = 0
     estimated: bool = False
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -151,4 +165,6 @@ class UsageMeter:
             quality_retries=self.quality_retries,
             continues=self.continues,
             estimated=self.estimated,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
         )

@@ -66,7 +66,7 @@ class _Crashed:
 class ModelClient:
     """Sends a run's model calls to its ModelActor."""
 
-    __slots__ = ("_accounts", "_actor", "_backoff", "_max_attempts", "_trail")
+    __slots__ = ("_accounts", "_actor", "_backoff", "_before", "_max_attempts", "_trail")
 
     def __init__(
         self,
@@ -82,6 +82,8 @@ class ModelClient:
         self._accounts = accounts
         self._max_attempts = max_attempts
         self._backoff = backoff
+        #: Attempts an earlier provider of a fallback chain spent on the call in flight.
+        self._before = 0
 
     def close(self) -> None:
         """Close the actor's mailbox: it ends once idle."""
@@ -112,7 +114,7 @@ class ModelClient:
             why = f"ActorCrashed: the model actor crashed on attempt {attempt}:\n"
             why += error.traceback
             return Decision.end(Termination.PROVIDER_FAILED, why)
-        wait = self._backoff.wait(attempt)
+        wait = self._backoff.wait(attempt - self._before)
         trail.add(
             ev.ProviderRetry(
                 **trail.head(),
@@ -144,6 +146,10 @@ class ModelClient:
         )
         return response
 
+    def _failed(self, error: BaseException) -> Decision:
+        """The run's ending when the provider failed for good (a hook for the fallback)."""
+        return Decision.end(Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}")
+
     async def _send(self, request: ModelRequest, first: int) -> ModelResponse | Decision:
         accounts, trail, meter = self._accounts, self._trail, self._accounts.meter
         reply: ReplyChannel[ModelReply] = ReplyChannel(16)
@@ -160,7 +166,11 @@ class ModelClient:
         input_estimate: int | None = None
         streamed_bytes = 0
         call = ModelCall(
-            request=request, max_attempts=self._max_attempts, reply=reply, first_attempt=first
+            request=request,
+            max_attempts=self._max_attempts,
+            reply=reply,
+            first_attempt=first,
+            attempts_before=self._before,
         )
         crashed: _Crashed | None = None
         try:
@@ -249,9 +259,7 @@ class ModelClient:
                         # say: the run trims once, then ends context_exceeded.
                         return self._finished(_context_exceeded(too_long))
                     case ModelFailed(error=error):
-                        return Decision.end(
-                            Termination.PROVIDER_FAILED, f"{type(error).__name__}: {error}"
-                        )
+                        return self._failed(error)
                     case ActorFailed():
                         crashed = _Crashed(item.error, attempt)
                     case _:

@@ -112,16 +112,21 @@ def summarize(events: Sequence[ev.Event]) -> str:
     """The run's path: one step per model call, tool batch, judgement and ceiling.
 
     A model call that did not finish (it failed, was cut at a ceiling or
-    cancelled) shows as ``Model(✗)``; provider retries inside it as ``retry×n``.
+    cancelled) shows as ``Model(✗)``; provider retries inside it as ``retry×n``,
+    and a provider fallback as ``fallback:<model>``.
     """
     parts: list[str] = []
     stage: str | None = None
     tools = retries = 0
     answered = False
     later: list[str] = []  # a ceiling hit inside a model call shows after the call
+    fallbacks: list[str] = []
 
     def model(ok: bool) -> str:
         inside = [f"retry×{retries}"] if retries else []
+        if fallbacks:
+            inside += [f"fallback:{m}" for m in fallbacks]
+            fallbacks.clear()
         if not ok:
             inside.append("✗")
         return f"Model({' '.join(inside)})" if inside else "Model"
@@ -143,6 +148,8 @@ def summarize(events: Sequence[ev.Event]) -> str:
             parts.append(f"Memory({len(event.lesson_ids)})")
         elif isinstance(event, ev.ProviderRetry):
             retries += 1
+        elif isinstance(event, ev.ProviderFallback):
+            fallbacks.append(event.to_model)
         elif isinstance(event, ev.ModelCallFinished):
             answered = True
         elif isinstance(event, ev.ToolCallStarted):

@@ -41,8 +41,6 @@ from tether.actors import (
     JudgeActor,
     JudgeCandidate,
     Judgement,
-    ModelActor,
-    ModelCall,
     RunTools,
     ToolActor,
     ToolOutput,
@@ -56,10 +54,11 @@ from ._accounting import Accounts
 from ._agent import Agent
 from ._budget import Hit, least
 from ._discovery import ActiveTools, choose_tools
+from ._fallback import model_client
 from ._history import user_message
 from ._judgement import Judging
 from ._limits import Limits, Termination
-from ._modelcall import HeldModelClient, ModelClient
+from ._modelcall import ModelClient
 from ._output import OUTPUT_GIVEN, add_user_text
 from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
@@ -346,17 +345,14 @@ class Run:
         # a cancellation cannot strand a mailbox, which buffers, so the Run may send at once.
         self._tg = tg
         agent, services = self.agent, self._services
-        gate, http = services.gate_for(agent.provider), services.http
-        ref: ActorRef[ModelCall] = self._spawn(
-            "model", lambda: ModelActor(agent.provider, self.id, gate, http)
-        )
-        client = HeldModelClient if self.accounts.holds else ModelClient
-        self._model = client(
-            ref,
+        self._model = model_client(
+            agent.provider,
+            self.id,
+            services=services,
+            spawn=self._spawn,
             trail=self.trail,
             accounts=self.accounts,
-            max_attempts=agent.limits.max_provider_attempts,
-            backoff=agent.provider.backoff,
+            limits=agent.limits,
         )
 
     def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:

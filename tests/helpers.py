@@ -90,6 +90,10 @@ def assert_consistent(result: tether.RunResult) -> None:
     assert result.events[-1] is finished[0]
     assert finished[0].termination == result.termination
     assert charged(result) == (result.usage.input_tokens, result.usage.output_tokens)
+    charges = of(result.events, ev.UsageCharged)
+    cached = (sum(c.cache_read_tokens for c in charges), sum(c.cache_write_tokens for c in charges))
+    assert cached == (result.usage.cache_read_tokens, result.usage.cache_write_tokens)
+    assert sum(cached) <= result.usage.input_tokens, "cache tokens are part of the input"
     started = [e.call_id for e in of(result.events, ev.ToolCallStarted)]
     ended = [e.call_id for e in of(result.events, ev.ToolCallFinished)]
     assert sorted(started) == sorted(ended), "every tool call gets exactly one result"

@@ -263,6 +263,15 @@ EXAMPLES: list[ev.Event] = [
     ev.ModelCallStarted(**BASE, attempt=2, max_tokens=100),
     ev.ProviderRetry(**BASE, error_type="rate_limited", attempt=1, wait_s=0.5, message="slow"),
     ev.ProviderWait(**BASE, wait_s=1.0, reason="gate"),
+    ev.ProviderFallback(
+        **BASE,
+        from_model="claude-sonnet-4-5",
+        to_model="gpt-4.1",
+        error_type="rate_limited",
+        from_provider="anthropic",
+        to_provider="openai",
+        message="slow down",
+    ),
     ev.UsageCharged(**BASE, source="model", input_tokens=3, output_tokens=4, cost_usd=0.001),
     ev.ModelCallFinished(
         **BASE,

@@ -22,7 +22,16 @@ from opentelemetry.trace import SpanKind, StatusCode
 import tether
 from tether import events as ev
 from tether.otel import OtelSink, combine
-from tether.providers import Fault, InvalidRequest, Reply, ScriptedProvider, ToolCall
+from tether.providers import (
+    FallbackProvider,
+    Fault,
+    InvalidRequest,
+    RateLimited,
+    Reply,
+    ScriptedProvider,
+    TokenUsage,
+    ToolCall,
+)
 
 from .helpers import first, of
 
@@ -297,6 +306,53 @@ async def test_model_name_comes_from_the_events(
     assert len(by_name(spans, "chat")) == 2
     assert {s.name for s in by_name(spans, "chat")} == {"chat scripted-1"}
     assert attrs_of(by_name(spans, "chat")[0])["gen_ai.request.model"] == "scripted-1"
+
+
+async def test_chat_span_names_the_model_a_fallback_answered_with(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A call a FallbackProvider moved is named after the model that answered, and so are later."""
+    primary = ScriptedProvider([Fault(error=RateLimited("slow down"))], model="primary-1")
+    script = [
+        Reply(text="let me add", tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+        Reply(text="it is 3"),
+    ]
+    secondary = ScriptedProvider(script, model="secondary-1", name="other")
+    agent = tether.Agent(
+        name="calc",
+        provider=FallbackProvider([primary, secondary]),
+        tools=[add],
+        limits=tether.Limits(max_provider_attempts=1),
+    )
+    async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+        result = await rt.run(agent, "1 + 2?")
+    assert result.termination is tether.Termination.ANSWERED
+    chats = by_name(exporter.get_finished_spans(), "chat")
+    assert [s.name for s in chats] == ["chat secondary-1", "chat secondary-1"]
+    first = chats[0]
+    assert attrs_of(first)["gen_ai.request.model"] == "secondary-1"
+    assert attrs_of(first)["gen_ai.provider.name"] == "other"
+    (switch,) = [e for e in first.events if e.name == "tether.provider_fallback"]
+    assert switch.attributes is not None
+    assert switch.attributes["tether.from_model"] == "primary-1"
+    assert switch.attributes["error.type"] == "rate_limited"
+    assert attrs_of(chats[1])["gen_ai.provider.name"] == "other"
+
+
+async def test_cache_tokens_are_on_the_chat_and_run_spans(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Cache reads and writes show on the chat span and, summed, on the run span."""
+    usage = TokenUsage(input_tokens=5, output_tokens=2, cache_read_tokens=100, cache_write_tokens=7)
+    agent = tether.Agent(name="cached", provider=ScriptedProvider([Reply(text="hi", usage=usage)]))
+    async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+        await rt.run(agent, "q")
+    spans = exporter.get_finished_spans()
+    for span in (by_name(spans, "chat")[0], by_name(spans, "invoke_agent")[0]):
+        attributes = attrs_of(span)
+        assert attributes["gen_ai.usage.input_tokens"] == 112
+        assert attributes["gen_ai.usage.cache_read.input_tokens"] == 100
+        assert attributes["gen_ai.usage.cache_creation.input_tokens"] == 7
 
 
 async def test_run_span_nests_under_the_current_span(

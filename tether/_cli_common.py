@@ -148,6 +148,9 @@ def _usage_line(usage: Usage) -> str:
         _count(usage.model_calls, "model call"),
         _count(usage.tool_calls, "tool call"),
     ]
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        cache = f"cache: {usage.cache_read_tokens:,} read, {usage.cache_write_tokens:,} written"
+        parts.insert(1, cache)
     if retries:
         parts.append(_count(retries, "provider retry", "provider retries"))
     if usage.quality_retries:

@@ -131,6 +131,8 @@ def _narrate(event: ev.Event, arguments: dict[str, Any], err: TextIO) -> None:
             f"· provider retry after attempt {event.attempt}: {event.error_type}, "
             f"waiting {event.wait_s:.2f} s",
         )
+    elif isinstance(event, ev.ProviderFallback):
+        _write(err, f"· fallback: {event.error_type}, {event.from_model} → {event.to_model}")
     elif isinstance(event, ev.Judged):
         mark = "✓" if event.passed else "✗"
         feedback = "; ".join(f"{k}: {v}" for k, v in event.feedback.items())

@@ -118,6 +118,8 @@ def describe(event: ev.Event) -> str:
         return f"attempt {event.attempt}{cap}"
     if isinstance(event, ev.ProviderRetry):
         return f"{event.error_type} after attempt {event.attempt}, wait {event.wait_s:.2f} s"
+    if isinstance(event, ev.ProviderFallback):
+        return f"{event.error_type}: {event.from_model} → {event.to_model}"
     if isinstance(event, ev.ProviderWait):
         return f"waited {event.wait_s:.2f} s: {event.reason}"
     if isinstance(event, ev.UsageCharged):
@@ -126,7 +128,11 @@ def describe(event: ev.Event) -> str:
             f"{_money(event.cost_usd)}"
         )
     if isinstance(event, ev.ModelCallFinished):
-        parts = [event.stop_reason, f"{event.usage.input_tokens}+{event.usage.output_tokens} tok"]
+        tokens = event.usage
+        parts = [event.stop_reason, f"{tokens.prompt_tokens}+{tokens.output_tokens} tok"]
+        if tokens.cache_read_tokens or tokens.cache_write_tokens:
+            read, written = tokens.cache_read_tokens, tokens.cache_write_tokens
+            parts.append(f"(cache: {read} read, {written} written)")
         if event.tool_calls:
             parts.append("calls " + ", ".join(c.name for c in event.tool_calls))
         if event.text:

@@ -19,6 +19,7 @@ from tether.runtime._events import MemoryFailed as MemoryFailed
 from tether.runtime._events import ModelCallFinished as ModelCallFinished
 from tether.runtime._events import ModelCallStarted as ModelCallStarted
 from tether.runtime._events import PolicyChecked as PolicyChecked
+from tether.runtime._events import ProviderFallback as ProviderFallback
 from tether.runtime._events import ProviderRetry as ProviderRetry
 from tether.runtime._events import ProviderWait as ProviderWait
 from tether.runtime._events import RunFinished as RunFinished

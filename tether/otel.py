@@ -21,6 +21,9 @@ Spans, with explicit start and end times taken from the events' ``at``:
 - ``chat {model}`` — one per model call, a child of the round, from
   ``ModelCallStarted`` (attempt 1) to ``ModelCallFinished``. Provider retries
   inside it are span events; a call that never answered ends with an error.
+  When a ``FallbackProvider`` moves the call to its next provider (a
+  ``ProviderFallback`` event, also a span event), the span is renamed after
+  the model that answers, and the run's later calls are named after it too.
 - ``execute_tool {name}`` — one per tool call, a child of the round, from
   ``ToolCallStarted`` to ``ToolCallFinished``; an ``is_error`` result is an error.
 
@@ -188,6 +191,8 @@ class OtelSink:
                     },
                     timestamp=at,
                 )
+        elif isinstance(event, ev.ProviderFallback):
+            self._fallback(run, event)
         elif isinstance(event, ev.ProviderWait):
             if run.chat is not None:
                 run.chat.add_event(
@@ -329,6 +334,29 @@ class OtelSink:
             start_time=_ns(event.at),
         )
 
+    def _fallback(self, run: _RunSpans, event: ev.ProviderFallback) -> None:
+        """The call goes on at the next provider: the span names the model that answers,
+        and the run's later calls go there too."""
+        run.model, run.provider = event.to_model, event.to_provider or run.provider
+        span = run.chat
+        if span is None:
+            return
+        span.add_event(
+            "tether.provider_fallback",
+            {
+                "error.type": event.error_type,
+                "tether.from_model": event.from_model,
+                "tether.to_model": event.to_model,
+                "tether.message": event.message,
+            },
+            timestamp=_ns(event.at),
+        )
+        span.update_name(f"chat {event.to_model}")
+        span.set_attribute("gen_ai.request.model", event.to_model)
+        if event.to_provider:
+            span.set_attribute("gen_ai.provider.name", event.to_provider)
+            span.set_attribute("gen_ai.system", event.to_provider)
+
     def _model_call_finished(self, run: _RunSpans, event: ev.ModelCallFinished) -> None:
         span = run.chat
         if span is None:
@@ -442,6 +470,10 @@ class OtelSink:
             }
             if usage.cost_usd is not None:
                 attributes["tether.usage.cost_usd"] = usage.cost_usd
+            if usage.cache_read_tokens:
+                attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+            if usage.cache_write_tokens:
+                attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
             if self.capture_content and event.output is not None:
                 attributes["tether.output"] = event.output
             run.span.set_attributes(attributes)

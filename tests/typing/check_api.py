@@ -15,6 +15,7 @@ from tether import events
 from tether.providers import (
     AnthropicProvider,
     Backoff,
+    FallbackProvider,
     OpenAIProvider,
     Reply,
     ScriptedProvider,
@@ -56,10 +57,22 @@ def build() -> tether.Agent:
 
 
 def providers() -> list[tether.providers.Provider]:
+    claude = AnthropicProvider("claude-sonnet-4-5", api_key="k", cache="auto")
+    gpt = OpenAIProvider("gpt-4.1-mini", base_url="http://127.0.0.1:1/v1")
     return [
         AnthropicProvider("claude-sonnet-4-5", api_key="k", backoff=Backoff(initial=1.0)),
-        OpenAIProvider("gpt-4.1-mini", base_url="http://127.0.0.1:1/v1"),
+        gpt,
+        FallbackProvider([claude, gpt]),
     ]
+
+
+def fallback_agent() -> tether.Agent:
+    chain = FallbackProvider([AnthropicProvider("claude-sonnet-4-5"), OpenAIProvider("gpt-4.1")])
+    return tether.Agent(name="resilient", provider=chain)
+
+
+def cache_counts(usage: tether.Usage, event: events.ProviderFallback) -> tuple[int, int, str]:
+    return usage.cache_read_tokens, usage.cache_write_tokens, event.to_model
 
 
 async def use(agent: tether.Agent) -> None:
