@@ -210,21 +210,12 @@ class FallbackModelClient(ModelClient):
         return request if cap == request.max_tokens else attrs.evolve(request, max_tokens=cap)
 
 
-class HeldFallbackModelClient(FallbackModelClient):
+class HeldFallbackModelClient(HeldModelClient, FallbackModelClient):
     """A chain's calls when the run shares a bounded Runtime budget: each holds its
-    output at the price of the provider it goes to (see :class:`HeldModelClient`)."""
+    output (:class:`HeldModelClient`'s ``call``, around the chain's) at the price
+    of the provider it goes to."""
 
     __slots__ = ()
-
-    async def call(self, request: ModelRequest) -> ModelResponse | Decision:
-        accounts = self._accounts
-        held = await accounts.hold(request)
-        if isinstance(held, Termination):
-            return Decision.end(held)
-        try:
-            return await super().call(held)
-        finally:
-            accounts.release()
 
     async def _reclamp(self, request: ModelRequest) -> ModelRequest | Decision:
         accounts = self._accounts
