@@ -15,13 +15,17 @@ from ._lessons import LessonStore
 from ._limits import Limits
 from ._policy import PolicyLike
 from ._subagent import agent_tool
+from ._toolsets import Toolset
 
 Discovery = Literal["first", "auto", "off"]
 
 
-def _to_tools(value: Iterable[ToolSpec | Callable[..., Any]]) -> tuple[ToolSpec, ...]:
-    tools = tuple(v if isinstance(v, ToolSpec) else tool(v) for v in value)
-    names = [t.name for t in tools]
+def _to_tools(value: Iterable[ToolSpec | Toolset | Callable[..., Any]]) -> tuple[ToolSpec, ...]:
+    # Toolsets stay in for now: __attrs_post_init__ moves them to Agent.toolsets.
+    tools: tuple[Any, ...] = tuple(
+        v if isinstance(v, ToolSpec | Toolset) else tool(v) for v in value
+    )
+    names = [t.name for t in tools if isinstance(t, ToolSpec)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"two tools share a name: {', '.join(dupes)}")
@@ -58,8 +62,20 @@ class Agent:
     discovery: Discovery = "auto"
     discovery_threshold: int = 20
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
+    #: The toolsets (``tether.mcp`` servers) given in ``tools``: the Runtime connects them.
+    toolsets: Sequence[Toolset] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
+        if any(isinstance(t, Toolset) for t in self.tools):
+            toolsets = (*self.toolsets, *(t for t in self.tools if isinstance(t, Toolset)))
+            plain = tuple(t for t in self.tools if isinstance(t, ToolSpec))
+            object.__setattr__(self, "tools", plain)
+            object.__setattr__(self, "toolsets", toolsets)
+        for toolset in self.toolsets:
+            if not isinstance(toolset, Toolset):
+                raise TypeError(f"Agent.toolsets holds toolsets only, got {toolset!r}")
+        if len({id(t) for t in self.toolsets}) != len(self.toolsets):
+            raise ValueError("the same toolset is listed twice in Agent.tools")
         if not self.name or not isinstance(self.name, str):
             raise ValueError("Agent.name must be a non-empty string")
         if not callable(getattr(self.provider, "stream", None)):

@@ -61,6 +61,7 @@ from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
 from ._toolround import Approvals, ToolRound
+from ._toolsets import connect_toolsets
 from ._trail import EventStream, Trail
 
 if TYPE_CHECKING:
@@ -397,9 +398,10 @@ class Run:
                 await self._judgement().recall(state)
         with trail.stage("tools"):
             self._prepare_tools()
+            if self.agent.toolsets and (failed := await connect_toolsets(self)):
+                return failed
         state.messages.append(self._first or Message.user(self.input))
-        ceiling = self.accounts.before_call()
-        if ceiling is not None:
+        if (ceiling := self.accounts.before_call()) is not None:
             return Decision.end(ceiling)
         while True:
             state.round = trail.round = state.round + 1
