@@ -14,6 +14,7 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
@@ -45,7 +46,7 @@ def pid() -> str:
 @server.tool()
 def fail(message: str) -> str:
     """Always fails with the message."""
-    raise ValueError(message)
+    raise ToolError(message)
 
 
 @server.tool(structured_output=False)
@@ -53,6 +54,14 @@ async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await anyio.sleep(seconds)
     return "slept"
+
+
+@server.tool(structured_output=False)
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header ("" over stdio, or when absent)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return "" if headers is None else str(headers.get(name, ""))
 
 
 @server.tool()
@@ -88,6 +97,7 @@ async def _serve_http(port: int) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
+    sock.listen()  # connections wait in the backlog until uvicorn takes them
     print(sock.getsockname()[1], flush=True)
     config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
     await uvicorn.Server(config).serve(sockets=[sock])
