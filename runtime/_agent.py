@@ -40,7 +40,9 @@ def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
 class Agent:
     """What a run does: instructions, provider, tools, judge, policies, memory, limits.
 
-    Plain functions in ``tools`` are wrapped with :func:`tether.tool`. The
+    Plain functions in ``tools`` are wrapped with :func:`tether.tool`; toolsets
+    (``tether.mcp`` servers) in ``tools`` move to ``toolsets``, and the Runtime
+    connects them when a run starts (their tools count for discovery). The
     ``discovery`` setting registers a ``search_tools`` tool: ``"first"``
     always, ``"auto"`` when there are more than ``discovery_threshold`` tools,
     ``"off"`` never.
