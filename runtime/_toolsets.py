@@ -53,7 +53,7 @@ from ._trail import Trail
 ToolFilter = Callable[[str], bool] | Collection[str]
 
 #: Waits between a lost connection and the next attempt (by restart number).
-RESTART_BACKOFF = Backoff(initial=0.05, multiplier=2.0, cap=2.0, jitter=False)
+RESTART_BACKOFF = Backoff(initial=0.25, multiplier=2.0, cap=5.0, jitter=False)
 
 _BAD_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
