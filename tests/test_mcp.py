@@ -438,6 +438,28 @@ async def test_an_http_server_killed_mid_call_is_reconnected(http_server: HttpSe
     assert restarted.server == "web"
 
 
+async def test_a_run_cancelled_during_an_http_call_leaks_nothing(http_server: HttpServer) -> None:
+    """Over HTTP too, a cancelled call leaves the connection serving the other runs."""
+    web = MCPServerHTTP(http_server.url, name="web")
+    slow = tether.Agent(name="s", provider=calls(use("slow", seconds=30)), tools=[web])
+    quick = tether.Agent(
+        name="q", provider=calls(use("echo", text="e"), Reply(text="ok")), tools=[web]
+    )
+    async with tether.Runtime() as rt:
+        handle = rt.start(slow, "slow")
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallStarted):
+                break
+        await anyio.wait_all_tasks_blocked()
+        handle.cancel("the user left")
+        cancelled = await handle.result()
+        after = await rt.run(quick, "after")
+    assert_consistent(cancelled)
+    assert cancelled.termination is tether.Termination.CANCELLED
+    assert finished(after) == [("echo", "ok", "e")]
+    assert not of(after.events, ev.MCPServerRestarted)
+
+
 async def test_http_headers_reach_the_server(http_server: HttpServer) -> None:
     """headers go with every request, and stay out of the server's repr."""
     web = MCPServerHTTP(http_server.url, {"X-Token": "s3cret"}, name="web")
