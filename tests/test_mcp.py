@@ -502,7 +502,10 @@ def test_servers_go_in_tools_beside_plain_tools() -> None:
     assert [t.name for t in agent.tools] == ["getcwd"]
     assert agent.toolsets == (box,)
     assert box.label == "box"
-    assert MCPServerHTTP("http://u:secret@h:8/mcp").label == "http://h:8/mcp"
+    assert MCPServerHTTP("http://u:secret@h:8/mcp?key=k").label == "http://h:8/mcp"
+    npx = MCPServerStdio("/usr/bin/npx", ["-y", "@acme/server", "--token", "t"], {"KEY": "k"})
+    assert npx.label == "npx server"
+    assert "KEY" not in repr(npx)
 
 
 def test_the_core_does_not_import_mcp() -> None:

@@ -39,6 +39,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
@@ -117,19 +118,26 @@ class MCPServerStdio(Toolset):
     """An MCP server the Runtime runs as a subprocess, over its stdin and stdout.
 
     ``env`` is added to a small safe environment (``PATH``, ``HOME``, ...), as
-    the SDK does; the server's stderr goes to ``errlog`` (``sys.stderr`` by
-    default). Closing the connection closes the server's stdin, then ends the
-    process (and its children) if it does not exit by itself.
+    the SDK does, and kept out of reprs; the server's stderr goes to ``errlog``
+    (``sys.stderr`` by default). Its default ``name`` is the program and its
+    first operand (``python server.py``). Closing the connection closes the
+    server's stdin, then ends the process (and its children) if it lingers.
     """
 
     command: str = attrs.field(kw_only=False, validator=_check_command)
     args: Sequence[str] = attrs.field(default=(), kw_only=False, converter=_str_tuple)
-    env: dict[str, str] | None = attrs.field(default=None, kw_only=False, converter=_env)
+    env: dict[str, str] | None = attrs.field(
+        default=None, kw_only=False, converter=_env, repr=False
+    )
     cwd: str | None = None
     errlog: TextIO | None = attrs.field(default=None, repr=False)
 
     def _default_name(self) -> str:
-        return " ".join((self.command, *self.args))[:80]
+        # The program and its first operand (``python server.py``), not the whole
+        # command line: arguments may carry secrets, and the name goes in events.
+        words = [os.path.basename(self.command)]
+        words += [os.path.basename(a) for a in self.args if not a.startswith("-")][:1]
+        return " ".join(words)
 
     def open(self, signals: Signals) -> contextlib.AbstractAsyncContextManager[ToolsetSession]:
         params = StdioServerParameters(
