@@ -233,7 +233,7 @@ class Connection:
         self.version = 0
         self.specs: tuple[RemoteToolSpec, ...] = ()
         self.listing: tuple[RemoteTool, ...] = ()
-        #: Why the last connection ended (``None`` until one did).
+        #: Why the last connection that was up ended (``None`` until one did).
         self.error: str | None = None
         #: Why the connection is down for good (past its restart intensity), or ``None``.
         self.failed: str | None = None
@@ -275,9 +275,11 @@ class Connection:
         try:
             with self._scope:
                 while True:
+                    generation = self.generation
                     why = await self._serve()
                     self._session = None
-                    self.error = why
+                    if self.generation != generation or self.error is None:
+                        self.error = why  # why the last connection that was up ended
                     now = anyio.current_time()
                     while crashes and now - crashes[0] > policy.period_s:
                         crashes.popleft()

@@ -403,7 +403,11 @@ async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: Ht
     result = await run(agent, "add 2 and 3, and echo over http")
     assert result.termination is tether.Termination.ANSWERED
     assert result.output == "5, over http"
-    assert finished(result) == [("add", "ok", '{"result":5}'), ("web_echo", "ok", "over http")]
+    # The two calls run concurrently: their results come in either order.
+    assert sorted(finished(result)) == [
+        ("add", "ok", '{"result":5}'),
+        ("web_echo", "ok", "over http"),
+    ]
     assert [e.server for e in of(result.events, ev.MCPToolsListed)] == ["box", "web"]
     assert result.summary() == "Model → Tools(2) → Model → answered"
 
@@ -436,6 +440,47 @@ async def test_an_http_server_killed_mid_call_is_reconnected(http_server: HttpSe
     assert after[2] != before[2]
     (restarted,) = of(result.events, ev.MCPServerRestarted)
     assert restarted.server == "web"
+
+
+async def test_an_http_server_restarted_while_idle_is_reconnected(http_server: HttpServer) -> None:
+    """The listen stream shows an idle server's death: reconnected, and list changes heard again."""
+    web = MCPServerHTTP(
+        http_server.url, name="web", restart=RestartPolicy(max_restarts=10, period_s=60)
+    )
+    rounds: list[set[str]] = []
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        rounds.append({d.name for d in request.tools})
+        items = [
+            use("pid"),
+            use("echo", text="back"),
+            use("pid"),
+            use("grow"),
+            use("late", word="w"),
+        ]
+        return (*items, Reply(text="ok"))[len(rounds) - 1]
+
+    class Restart:
+        """After round 1, the server dies and comes back on the same port."""
+
+        async def check(self, point: str, subject: object) -> None:
+            if point == "round_end" and len(rounds) == 1:
+                http_server.stop()
+                await anyio.to_thread.run_sync(http_server.start)
+
+    agent = tether.Agent(
+        name="a", provider=ScriptedProvider(script), tools=[web], policies=[Restart()]
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (before, back, after, grown, late) = finished(result)
+    assert back == ("echo", "ok", "back")  # the next call waited for the reconnection
+    assert grown == ("grow", "ok", "grown")
+    assert after[1] == "ok"
+    assert after[2] != before[2]
+    assert late == ("late", "ok", "W")  # the new connection's listen stream heard the change
+    (restarted,) = of(result.events, ev.MCPServerRestarted)
+    assert "change stream" in restarted.error
 
 
 async def test_a_run_cancelled_during_an_http_call_leaks_nothing(http_server: HttpServer) -> None:

@@ -54,6 +54,7 @@ import mcp_types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import Subscription, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -195,6 +196,7 @@ async def _open(transport: Any, signals: Signals, label: str) -> AsyncIterator[T
         client_info=mcp_types.Implementation(name="tether", version="0.1.0"),
     )
     async with client, contextlib.AsyncExitStack() as stack:
+        changes: Subscription | None = None
         capabilities = client.server_capabilities.tools
         if (
             client.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -202,10 +204,37 @@ async def _open(transport: Any, signals: Signals, label: str) -> AsyncIterator[T
             and capabilities.list_changed
         ):
             # 2026-07-28 servers send list changes on a subscriptions/listen stream
-            # (older ones send them unasked); the notifications reach on_message.
+            # (older ones send them on the session unasked, to on_message).
             with contextlib.suppress(MCPError, TimeoutError, RuntimeError):
-                await stack.enter_async_context(client.listen(tools_list_changed=True))
-        yield _MCPSession(client, label)
+                changes = await stack.enter_async_context(client.listen(tools_list_changed=True))
+        async with anyio.create_task_group() as tg:
+            if changes is not None:
+                tg.start_soon(_watch, changes, signals)
+            try:
+                yield _MCPSession(client, label)
+            finally:
+                tg.cancel_scope.cancel()
+
+
+async def _watch(changes: Subscription, signals: Signals) -> None:
+    """Follow the listen stream: a list change, or its end, which is the connection's.
+
+    Over streamable HTTP nothing else shows that an idle server went away (the
+    next request to a restarted server would just work, but no change would
+    ever be heard of again): reconnecting listens again, and re-lists.
+    """
+    try:
+        async for event in changes:
+            if isinstance(event, ToolsListChanged):
+                signals.tools_changed()
+    except Exception as exc:  # SubscriptionLost: the stream broke
+        signals.lost(f"the server's change stream broke ({_short(exc)})")
+        return
+    signals.lost("the server closed its change stream")
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 class _MCPSession:
