@@ -457,9 +457,11 @@ class RemoteTools(ActiveTools):
     new catalogue or a reconnection, rebuilds what the model is offered, and
     says so in the trail (``MCPToolsListed``, ``MCPServerRestarted``). Names
     clash first come, first served: plain tools, then the servers in order.
+    ``extras`` are tools offered whatever discovery does (those the run had
+    chosen beside the agent's own, before the servers were connected).
     """
 
-    __slots__ = ("_connections", "_discovery", "_plain", "_seen", "_trail")
+    __slots__ = ("_connections", "_discovery", "_extras", "_plain", "_seen", "_trail")
 
     def __init__(
         self,
@@ -467,11 +469,13 @@ class RemoteTools(ActiveTools):
         connections: Sequence[Connection],
         discovery: bool,
         trail: Trail,
+        extras: Mapping[str, ToolSpec] | None = None,
     ) -> None:
         self._plain, self._connections, self._discovery = plain, connections, discovery
-        self._trail = trail
+        self._trail, self._extras = trail, dict(extras or {})
         self._seen = [(c.generation, c.version) for c in connections]
         super().__init__(self._all(), discovery)
+        self.specs.update(self._extras)
         for connection in connections:
             self._listed(connection)
 
@@ -514,13 +518,15 @@ class RemoteTools(ActiveTools):
         if self._discovery:
             self.catalogue = every
             by_name = {spec.name: spec for spec in every}
+            # search_tools and the extras stay; what a search found follows the servers.
             self.specs = {
-                name: by_name[name] if spec is not SEARCH_TOOL else spec
+                name: by_name.get(name, spec)
                 for name, spec in self.specs.items()
-                if spec is SEARCH_TOOL or name in by_name
+                if spec is SEARCH_TOOL or name in self._extras or name in by_name
             }
         else:
             self.specs = {spec.name: spec for spec in every}
+        self.specs.update(self._extras)
         self._definitions = None
 
 
@@ -560,9 +566,11 @@ async def connect_toolsets(run: _RunWithToolsets) -> Decision | None:
 
     Waits for each server's connection (opening it on first use) and offers
     their tools beside the plain ones; discovery's ``"auto"`` counts them all.
+    Tools the run had chosen beyond the agent's own (a typed output's tool,
+    say) stay offered.
     A server that cannot be reached ends the run ``fatal_tool_error``.
     """
-    agent, hub = run.agent, run._services.toolsets
+    agent, hub, chosen = run.agent, run._services.toolsets, run._tools
     connections = [hub.connection(toolset) for toolset in agent.toolsets]
     for connection in connections:
         why = await connection.wait_up()
@@ -576,5 +584,7 @@ async def connect_toolsets(run: _RunWithToolsets) -> Decision | None:
         agent.discovery == "auto" and total > agent.discovery_threshold
     )
     run.state.discovery = discovery
-    run._tools = RemoteTools(agent.tools, connections, discovery, run.trail)
+    own = {t.name for t in agent.tools}
+    extras = {n: s for n, s in chosen.specs.items() if s is not SEARCH_TOOL and n not in own}
+    run._tools = RemoteTools(agent.tools, connections, discovery, run.trail, extras)
     return None

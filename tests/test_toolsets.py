@@ -20,7 +20,9 @@ from tether import events as ev
 from tether.actors import RestartPolicy, TransientToolError
 from tether.providers import Reply, ScriptedProvider, ToolCall
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
-from tether.runtime._toolsets import Connection
+from tether.runtime._discovery import SEARCH_TOOL
+from tether.runtime._toolsets import Connection, RemoteTools
+from tether.runtime._trail import Trail
 
 from .helpers import AUTOJUMP, assert_consistent, of, task_names
 
@@ -189,6 +191,29 @@ async def test_a_new_listing_is_a_new_version() -> None:
         toolset.server.change("echo", "hidden", "dotted.name")
         await anyio.wait_all_tasks_blocked()
         assert connection.version == 2
+
+
+@pytest.mark.parametrize("discovery", [False, True])
+async def test_tools_chosen_beside_the_agents_stay_offered(discovery: bool) -> None:
+    """Extras (a typed output's tool, say) are offered from the start and after a new list."""
+
+    @tether.tool
+    def final(answer: str) -> str:
+        """The answer."""
+        return answer
+
+    toolset = FakeToolset()
+    async with connected(toolset) as connection:
+        tools = RemoteTools((), [connection], discovery, Trail("r"), {"final": final})
+        first = {d.name for d in tools.definitions()}
+        toolset.server.change("echo", "more")
+        await anyio.wait_all_tasks_blocked()
+        second = {d.name for d in tools.definitions()}
+    if discovery:
+        assert first == second == {SEARCH_TOOL.name, "final"}
+        assert [s.name for s in tools.catalogue] == ["echo", "more"]
+    else:
+        assert (first, second) == ({"echo", "final"}, {"echo", "more", "final"})
 
 
 async def test_a_run_sees_the_restart_and_the_new_list_at_its_next_round() -> None:
