@@ -25,7 +25,16 @@ class ToolArgumentsInvalid(ToolError):
 
 
 class TransientToolError(TetherError):
-    """Raise from a tool for a failure that may pass (a timeout, a dropped connection)."""
+    """Raise from a tool for a failure that may pass (a timeout, a dropped connection).
+
+    It is retried with backoff, unless ``retry=False``: then the call ends
+    ``transient_error`` at once, for a failure after which running the call
+    again could repeat its side effects (a connection lost mid-call).
+    """
+
+    def __init__(self, *args: object, retry: bool = True) -> None:
+        super().__init__(*args)
+        self.retry = retry
 
 
 class FatalToolError(TetherError):

@@ -216,6 +216,8 @@ class ToolActor:
                     if kind == "fatal":
                         return _done(call, "fatal_error", message, attempt)
                     failure = "transient_error"
+                    if isinstance(exc, TransientToolError) and not exc.retry:
+                        return _done(call, failure, message, attempt)
                 else:
                     if isinstance(value, ToolOutput):
                         outcome: Outcome = "model_error" if value.is_error else "ok"

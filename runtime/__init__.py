@@ -41,6 +41,12 @@ from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import combine as combine
 from ._state import RunView as RunView
+from ._toolsets import ConnectionLost as ConnectionLost
+from ._toolsets import RemoteTool as RemoteTool
+from ._toolsets import Signals as Signals
+from ._toolsets import ToolFilter as ToolFilter
+from ._toolsets import Toolset as Toolset
+from ._toolsets import ToolsetSession as ToolsetSession
 
 __all__ = [
     "Agent",
@@ -77,6 +83,9 @@ __all__ = [
     "SQLiteConversationStore",
     "SQLiteLessonStore",
     "Termination",
+    "ToolFilter",
+    "Toolset",
+    "ToolsetSession",
     "TruncateOldest",
     "Usage",
     "Verdict",

@@ -17,6 +17,7 @@ from ._limits import Limits
 from ._output import OutputMode, TypedOutput
 from ._policy import PolicyLike
 from ._subagent import agent_tool
+from ._toolsets import Toolset
 
 Discovery = Literal["first", "auto", "off"]
 
@@ -39,9 +40,14 @@ class PlainFunction(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def _to_tools(value: Iterable[ToolSpec[_D] | PlainFunction]) -> tuple[ToolSpec[_D], ...]:
-    tools = tuple(v if isinstance(v, ToolSpec) else tool(v) for v in value)
-    names = [t.name for t in tools]
+def _to_tools(
+    value: Iterable[ToolSpec[_D] | Toolset | PlainFunction],
+) -> tuple[ToolSpec[_D], ...]:
+    # Toolsets stay in for now: __attrs_post_init__ moves them to Agent.toolsets.
+    tools: tuple[Any, ...] = tuple(
+        v if isinstance(v, ToolSpec | Toolset) else tool(v) for v in value
+    )
+    names = [t.name for t in tools if isinstance(t, ToolSpec)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"two tools share a name: {', '.join(dupes)}")
@@ -56,7 +62,9 @@ def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
 class Agent(Generic[DepsT, OutputT]):
     """What a run does: instructions, provider, tools, judge, policies, memory, limits.
 
-    Plain functions in ``tools`` are wrapped with :func:`tether.tool`. The
+    Plain functions in ``tools`` are wrapped with :func:`tether.tool`; toolsets
+    (``tether.mcp`` servers) in ``tools`` move to ``toolsets``, and the Runtime
+    connects them when a run starts (their tools count for discovery). The
     ``discovery`` setting registers a ``search_tools`` tool: ``"first"``
     always, ``"auto"`` when there are more than ``discovery_threshold`` tools,
     ``"off"`` never. ``settings`` are the agent's :class:`~tether.ModelSettings`
@@ -97,7 +105,20 @@ class Agent(Generic[DepsT, OutputT]):
     def _make_typed_output(self) -> TypedOutput | None:
         return TypedOutput.of(self.output_type, self.output_mode)
 
+    #: The toolsets (``tether.mcp`` servers) given in ``tools``: the Runtime connects them.
+    toolsets: Sequence[Toolset] = attrs.field(default=(), converter=tuple)
+
     def __attrs_post_init__(self) -> None:
+        if any(isinstance(t, Toolset) for t in self.tools):
+            toolsets = (*self.toolsets, *(t for t in self.tools if isinstance(t, Toolset)))
+            plain = tuple(t for t in self.tools if isinstance(t, ToolSpec))
+            object.__setattr__(self, "tools", plain)
+            object.__setattr__(self, "toolsets", toolsets)
+        for toolset in self.toolsets:
+            if not isinstance(toolset, Toolset):
+                raise TypeError(f"Agent.toolsets holds toolsets only, got {toolset!r}")
+        if len({id(t) for t in self.toolsets}) != len(self.toolsets):
+            raise ValueError("the same toolset is listed twice in Agent.tools")
         if not self.name or not isinstance(self.name, str):
             raise ValueError("Agent.name must be a non-empty string")
         if not callable(getattr(self.provider, "stream", None)):

@@ -15,7 +15,6 @@ from tether.actors import ToolSpec, tool
 from tether.providers import ToolDef
 
 if TYPE_CHECKING:
-    from ._agent import Agent
     from ._output import TypedOutput
 
 #: How many tools one search returns at most.
@@ -93,10 +92,13 @@ class ActiveTools:
         return added
 
 
-def choose_tools(agent: Agent[Any, Any]) -> ActiveTools:
+def choose_tools(
+    tools: Sequence[ToolSpec[Any]],
+    discovery: str,
+    threshold: int,
+    typed_output: TypedOutput | None,
+) -> ActiveTools:
     """An agent's active tools at the start of a run: its whole catalogue, or
     ``search_tools`` first (``discovery="first"``, or ``"auto"`` past the threshold)."""
-    discovery = agent.discovery == "first" or (
-        agent.discovery == "auto" and len(agent.tools) > agent.discovery_threshold
-    )
-    return ActiveTools(agent.tools, discovery, agent.typed_output)
+    first = discovery == "first" or (discovery == "auto" and len(tools) > threshold)
+    return ActiveTools(tools, first, typed_output)

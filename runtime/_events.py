@@ -223,6 +223,26 @@ class ChildCrashed(Event):
 
 
 @attrs.frozen(kw_only=True)
+class MCPToolsListed(Event):
+    """The tools a run got from an MCP server: at its start, and when the list changed."""
+
+    server: str
+    #: The names the model sees (``prefix`` included), after ``tool_filter``.
+    tools: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class MCPServerRestarted(Event):
+    """An MCP server's connection was lost and reopened since the run's last round."""
+
+    server: str
+    #: Reconnections of this server in this Runtime so far.
+    restarts: int
+    #: Why the previous connection ended.
+    error: str
+
+
+@attrs.frozen(kw_only=True)
 class ChildRunFinished(Event):
     """A sub-agent's run (``agent.as_tool()``) ended; its own events carry its run_id."""
 
@@ -354,6 +374,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationAppended,
         ConversationFailed,
         ContextBounded,
+        MCPToolsListed,
+        MCPServerRestarted,
         RunFinished,
         TextDelta,
         ToolCallDelta,

@@ -65,6 +65,7 @@ from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
 from ._toolround import Approvals, ToolRound
+from ._toolsets import connect_toolsets
 from ._trail import EventStream, Trail
 from ._transcript import Transcript
 
@@ -408,11 +409,15 @@ class Run:
             if (kept := self._transcript) is not None and (failed := await kept.load(state, trail)):
                 return failed
         with trail.stage("tools"):
-            tools = self._tools = choose_tools(self.agent)
+            agent = self.agent
+            tools = self._tools = choose_tools(
+                agent.tools, agent.discovery, agent.discovery_threshold, agent.typed_output
+            )
             state.discovery = tools.discovery
+            if agent.toolsets and (failed := await connect_toolsets(self)):
+                return failed
         state.messages.append(self._first or user_message(self.input))
-        ceiling = self.accounts.before_call()
-        if ceiling is not None:
+        if (ceiling := self.accounts.before_call()) is not None:
             return Decision.end(ceiling)
         while True:
             state.round = trail.round = state.round + 1

@@ -232,6 +232,7 @@ class Runtime:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self._services.toolsets.bind(tg)
         return self
 
     async def __aexit__(
@@ -249,6 +250,7 @@ class Runtime:
                     await self._wait_all()
             for run in list(self._runs.values()):
                 run.cancel("runtime shutdown")
+            services.toolsets.close()  # MCP connections: their tasks end with the group
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._tg = None

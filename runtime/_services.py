@@ -2,8 +2,8 @@
 
 A run reaches its Runtime only through :class:`RuntimeServices`: the HTTP
 pool, the tool threads, the provider gates, admission, the shared budget, the
-event sink, and three signals back (a new run id, the shared budget spent,
-the run finished). It holds no reference to the Runtime or to other runs.
+event sink, the toolsets' connections, and three signals back (a new run id,
+the shared budget spent, the run finished). It holds no reference to the Runtime or to other runs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from tether.actors import ProviderGate, ToolThreads
 from tether.providers import HttpPool, Provider
 
 from ._budget import Budget, Hit
+from ._toolsets import ToolsetHub
 
 
 class RuntimeServices:
@@ -56,6 +57,8 @@ class RuntimeServices:
         self.budget_spent = budget_spent
         #: The run named has its result.
         self.run_finished = run_finished
+        #: The connections to toolsets (MCP servers), opened on first use.
+        self.toolsets = ToolsetHub()
 
     def admission(self) -> AbstractAsyncContextManager[Any]:
         return self._admission if self._admission is not None else nullcontext()

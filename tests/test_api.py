@@ -293,6 +293,8 @@ EXAMPLES: list[ev.Event] = [
     ev.CeilingHit(**BASE, ceiling="max_steps", limit=3, used=3),
     ev.ChildCrashed(**BASE, actor="tools", error="Traceback ..."),
     ev.ChildRunFinished(**BASE, call_id="t1", child_run_id="run-2", termination="answered"),
+    ev.MCPToolsListed(**BASE, server="files", tools=("fs_read", "fs_write")),
+    ev.MCPServerRestarted(**BASE, server="files", restarts=1, error="the server closed it"),
     ev.LessonStored(**BASE, lesson_id="l3"),
     ev.MemoryFailed(**BASE, operation="recall", error="LessonStoreError: locked"),
     ev.ConversationLoaded(**BASE, conversation="user-42", messages=4),

@@ -446,6 +446,32 @@ async def test_combine_fans_out_and_skips_a_failing_sink(
     assert len(exporter.get_finished_spans()) == 6
 
 
+def test_an_mcp_server_restart_is_an_event_of_the_run_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """MCPServerRestarted becomes a span event on its run, naming the server."""
+    sink = OtelSink(provider)
+    sink(ev.RunStarted(run_id="r", seq=0, round=0, at=1.0, agent="a", input="q"))
+    sink(
+        ev.MCPServerRestarted(
+            run_id="r", seq=1, round=2, at=2.0, server="box", restarts=1, error="gone"
+        )
+    )
+    usage = tether.Usage()
+    sink(
+        ev.RunFinished(
+            run_id="r", seq=2, round=2, at=3.0, termination=tether.Termination.ANSWERED, usage=usage
+        )
+    )
+    (run,) = by_name(exporter.get_finished_spans(), "invoke_agent")
+    (event,) = [e for e in run.events if e.name == "tether.mcp_server_restarted"]
+    assert dict(event.attributes or {}) == {
+        "tether.mcp.server": "box",
+        "tether.mcp.restarts": 1,
+        "tether.error": "gone",
+    }
+
+
 def test_combine_rejects_non_callables() -> None:
     """combine() refuses a sink that is not callable with TypeError."""
     with pytest.raises(TypeError, match="callables"):

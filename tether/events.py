@@ -15,6 +15,8 @@ from tether.runtime._events import Event as Event
 from tether.runtime._events import Judged as Judged
 from tether.runtime._events import LessonsRecalled as LessonsRecalled
 from tether.runtime._events import LessonStored as LessonStored
+from tether.runtime._events import MCPServerRestarted as MCPServerRestarted
+from tether.runtime._events import MCPToolsListed as MCPToolsListed
 from tether.runtime._events import MemoryFailed as MemoryFailed
 from tether.runtime._events import ModelCallFinished as ModelCallFinished
 from tether.runtime._events import ModelCallStarted as ModelCallStarted

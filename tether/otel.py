@@ -26,6 +26,8 @@ Spans, with explicit start and end times taken from the events' ``at``:
   the model that answers, and the run's later calls are named after it too.
 - ``execute_tool {name}`` — one per tool call, a child of the round, from
   ``ToolCallStarted`` to ``ToolCallFinished``; an ``is_error`` result is an error.
+- An MCP server's reconnection (``MCPServerRestarted``) is a
+  ``tether.mcp_server_restarted`` event on the run's span.
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
@@ -254,6 +256,16 @@ class OtelSink:
             run.span.add_event(
                 "tether.child_crashed",
                 {"tether.actor": event.actor, "tether.error": event.error[-_MAX_DESCRIPTION:]},
+                timestamp=at,
+            )
+        elif isinstance(event, ev.MCPServerRestarted):
+            run.span.add_event(
+                "tether.mcp_server_restarted",
+                {
+                    "tether.mcp.server": event.server,
+                    "tether.mcp.restarts": event.restarts,
+                    "tether.error": event.error[-_MAX_DESCRIPTION:],
+                },
                 timestamp=at,
             )
 

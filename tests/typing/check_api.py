@@ -209,3 +209,13 @@ def judge_sees_output(candidate: tether.Candidate) -> float:
 def reload(data: dict[str, object]) -> None:
     assert_type(tether.RunResult.load(data, Trip).output, Trip | None)
     assert_type(tether.RunResult.load(data).output, str | None)
+
+
+def mcp_servers() -> tether.Agent:
+    """MCP servers go in tools beside plain tools (tether.mcp, extra ``mcp``)."""
+    from tether.mcp import MCPServerHTTP, MCPServerStdio
+
+    files = MCPServerStdio("python", ["server.py"], {"ROOT": "/tmp"}, prefix="fs_", timeout_s=5)
+    web = MCPServerHTTP("http://127.0.0.1:8000/mcp", {"Authorization": "x"}, tool_filter=["q"])
+    picky = MCPServerHTTP("http://127.0.0.1:8001/mcp", tool_filter=lambda name: name != "rm")
+    return tether.Agent(name="m", provider=ScriptedProvider([]), tools=[add, files, web, picky])

@@ -1,0 +1,110 @@
+"""A small MCP server for the tests, written with the SDK's own server API.
+
+``python tests/mcp_server.py stdio`` serves it over stdin and stdout;
+``python tests/mcp_server.py http [PORT]`` over streamable HTTP on 127.0.0.1
+(port 0: an ephemeral one), printing the port on the first line of stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
+    b"\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7\x35\x81\x84"
+    b"\x00\x00\x00\x00IEND\xaeB`\x82"
+)
+
+server = MCPServer("testbox", log_level="WARNING")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool(structured_output=False)
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@server.tool(structured_output=False)
+def pid() -> str:
+    """The server process's id."""
+    return str(os.getpid())
+
+
+@server.tool()
+def fail(message: str) -> str:
+    """Always fails with the message."""
+    raise ToolError(message)
+
+
+@server.tool(structured_output=False)
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
+@server.tool(structured_output=False)
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header ("" over stdio, or when absent)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return "" if headers is None else str(headers.get(name, ""))
+
+
+@server.tool()
+def crash() -> str:
+    """The server process exits in the middle of this call."""
+    os._exit(3)
+
+
+@server.tool(structured_output=False)
+def picture() -> list[object]:
+    """A one-pixel PNG with a caption."""
+    return ["a red pixel", Image(data=PNG, format="png")]
+
+
+@server.tool(structured_output=False)
+async def grow(ctx: Context) -> str:
+    """Add the tool ``late`` and tell the client the list changed."""
+
+    def late(word: str) -> str:
+        """A tool added while the server runs."""
+        return word.upper()
+
+    server.add_tool(late, structured_output=False)
+    await ctx.notify_tools_changed()  # 2026-07-28 clients: their listen stream
+    with contextlib.suppress(Exception):  # older clients: a notification on the session
+        await ctx.request_context.session.send_tool_list_changed()
+    return "grown"
+
+
+async def _serve_http(port: int) -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()  # connections wait in the backlog until uvicorn takes them
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["http"]:
+        anyio.run(_serve_http, int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    else:
+        server.run()

@@ -1,0 +1,559 @@
+"""MCP servers as tools (DESIGN §19): real servers written with the SDK, over stdio and HTTP.
+
+The servers are tests/mcp_server.py, run as subprocesses: over stdin and stdout
+(``MCPServerStdio``) and over streamable HTTP on 127.0.0.1 (``MCPServerHTTP``).
+Real processes and sockets run on the real clock, so these tests wait for
+events, never for time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+import tether
+from tether import events as ev
+from tether.actors import RestartPolicy
+from tether.mcp import MCPServerHTTP, MCPServerStdio
+from tether.providers import (
+    ModelRequest,
+    ProviderContext,
+    Reply,
+    ScriptedProvider,
+    ToolCall,
+    ToolResultBlock,
+)
+
+from .helpers import assert_consistent, of, task_names
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+
+
+def stdio(**options: Any) -> MCPServerStdio:
+    """The test server over stdio, as a fresh toolset (one connection per Runtime)."""
+    options.setdefault("name", "box")
+    return MCPServerStdio(sys.executable, [SERVER, "stdio"], **options)
+
+
+class HttpServer:
+    """The test server over streamable HTTP, in a subprocess on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        """Start it (again on the same port, once it has one)."""
+        process = subprocess.Popen(
+            [sys.executable, SERVER, "http", str(self.port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert process.stdout is not None
+        self.port = int(process.stdout.readline())
+        self.process = process
+
+    def stop(self) -> None:
+        """Kill it at once, as a crash would."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            assert process.stdout is not None
+            process.stdout.close()
+
+
+@pytest.fixture
+def http_server() -> Iterator[HttpServer]:
+    """A running HTTP MCP server, killed after the test."""
+    server = HttpServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def calls(*items: Reply) -> ScriptedProvider:
+    return ScriptedProvider(list(items))
+
+
+def use(tool: str, /, **arguments: Any) -> Reply:
+    return Reply(tool_calls=[ToolCall(name=tool, arguments=arguments)])
+
+
+def finished(result: tether.RunResult) -> list[tuple[str, str, str]]:
+    """(tool, outcome, content) of each tool call, in order."""
+    return [(e.name, e.outcome, e.content) for e in of(result.events, ev.ToolCallFinished)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def run(agent: tether.Agent, question: str = "q") -> tether.RunResult:
+    async with tether.Runtime() as rt:
+        result = await rt.run(agent, question)
+    assert_consistent(result)
+    return result
+
+
+# ---------------------------------------------------------------- listing and calls
+
+
+async def test_lists_the_tools_and_calls_them_over_stdio() -> None:
+    """The server's tools are listed in the tools stage and called like any tool."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("add", a=2, b=3), use("echo", text="hi"), Reply(text="5")),
+        tools=[stdio()],
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (listed,) = of(result.events, ev.MCPToolsListed)
+    assert listed.round == 0
+    assert listed.server == "box"
+    assert {"add", "echo", "fail", "slow", "picture"} <= set(listed.tools)
+    # Structured content is sent as its JSON; plain text as it is.
+    assert finished(result) == [("add", "ok", '{"result":5}'), ("echo", "ok", "hi")]
+
+
+async def test_the_schema_is_the_servers() -> None:
+    """Each tool's definition carries the input schema exactly as the server listed it."""
+    seen: list[ModelRequest] = []
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        seen.append(request)
+        return Reply(text="ok")
+
+    await run(tether.Agent(name="a", provider=ScriptedProvider(script), tools=[stdio()]))
+    add = next(d for d in seen[0].tools if d.name == "add")
+    assert add.description == "Add two integers."
+    assert add.input_schema["required"] == ["a", "b"]
+    assert add.input_schema["properties"]["a"]["type"] == "integer"
+
+
+async def test_an_is_error_result_is_a_model_error_and_the_run_goes_on() -> None:
+    """isError comes back to the model as model_error with the server's text."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("fail", message="the disk is full"), Reply(text="sorry")),
+        tools=[stdio()],
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    ((name, outcome, content),) = finished(result)
+    assert (name, outcome) == ("fail", "model_error")
+    assert "the disk is full" in content
+
+
+async def test_bad_arguments_are_the_servers_to_judge() -> None:
+    """Arguments pass through; the server's complaint reaches the model as model_error."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("add", a="two"), Reply(tool_calls=[]), Reply(text="x")),
+        tools=[stdio()],
+    )
+    result = await run(agent)
+    ((_, outcome, content),) = finished(result)
+    assert outcome == "model_error"
+    assert "b" in content
+    assert "valid integer" in content
+
+
+async def test_images_are_carried_into_the_tool_result() -> None:
+    """Image content becomes a tether.Image after the result's text."""
+    agent = tether.Agent(
+        name="a", provider=calls(use("picture"), Reply(text="red")), tools=[stdio()]
+    )
+    result = await run(agent)
+    ((_, outcome, content),) = finished(result)
+    assert outcome == "ok"
+    assert content.startswith("a red pixel\n[image: image/png")
+    (block,) = [b for m in result.messages for b in m.content if isinstance(b, ToolResultBlock)]
+    assert block.content == "a red pixel"
+    assert [i.media_type for i in block.images] == ["image/png"]
+
+
+# ---------------------------------------------------------------- filter, prefix, discovery
+
+
+async def test_tool_filter_and_prefix_select_and_rename() -> None:
+    """Only the filtered tools are offered, under their prefixed names."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("m_add", a=1, b=1), use("fail", message="x"), Reply(text="2")),
+        tools=[stdio(tool_filter=["add", "echo"], prefix="m_")],
+    )
+    result = await run(agent)
+    (listed,) = of(result.events, ev.MCPToolsListed)
+    assert listed.tools == ("m_add", "m_echo")
+    (added, unknown) = finished(result)
+    assert added == ("m_add", "ok", '{"result":2}')
+    assert unknown[1] == "model_error"
+    assert "unknown tool 'fail'" in unknown[2]
+
+
+async def test_a_callable_filter() -> None:
+    """tool_filter may be a predicate on the server's names."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(Reply(text="ok")),
+        tools=[stdio(tool_filter=lambda name: name.startswith("e"))],
+    )
+    result = await run(agent)
+    (listed,) = of(result.events, ev.MCPToolsListed)
+    assert listed.tools == ("echo",)
+
+
+async def test_discovery_searches_the_servers_tools() -> None:
+    """With discovery, search_tools finds an MCP tool, which is callable from the next round."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(
+            use("search_tools", query="add two integers"),
+            use("m_add", a=20, b=22),
+            Reply(text="42"),
+        ),
+        tools=[stdio(prefix="m_")],
+        discovery="first",
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (search, added) = finished(result)
+    assert search[1] == "ok"
+    assert "m_add" in [t["name"] for t in json.loads(search[2])]
+    assert added == ("m_add", "ok", '{"result":42}')
+
+
+# ---------------------------------------------------------------- list changes
+
+
+async def test_a_list_change_reaches_the_next_round() -> None:
+    """notifications/tools/list_changed: the next round offers the new catalogue."""
+    offered: list[set[str]] = []
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        offered.append({d.name for d in request.tools})
+        return [use("grow"), use("late", word="hi"), Reply(text="HI")][len(offered) - 1]
+
+    agent = tether.Agent(name="a", provider=ScriptedProvider(script), tools=[stdio()])
+    result = await run(agent)
+    assert "late" not in offered[0]
+    assert "late" in offered[1]
+    assert finished(result) == [("grow", "ok", "grown"), ("late", "ok", "HI")]
+    first_list, second_list = of(result.events, ev.MCPToolsListed)
+    assert (first_list.round, second_list.round) == (0, 2)
+    assert set(second_list.tools) - set(first_list.tools) == {"late"}
+
+
+# ---------------------------------------------------------------- supervision
+
+
+async def test_a_server_killed_mid_call_is_transient_and_restarted() -> None:
+    """The call in flight ends transient_error (not retried); the next works on a new process."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(
+            use("pid"), use("crash"), use("pid"), use("echo", text="e"), Reply(text="ok")
+        ),
+        tools=[stdio()],
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (before, crashed, after, echoed) = finished(result)
+    assert crashed[:2] == ("crash", "transient_error")
+    assert "lost during this call" in crashed[2]
+    assert "not retried" in crashed[2]
+    (crash_event,) = [e for e in of(result.events, ev.ToolCallFinished) if e.name == "crash"]
+    assert crash_event.attempts == 1
+    assert after[1] == "ok"
+    assert after[2] != before[2]
+    assert echoed == ("echo", "ok", "e")
+    (restarted,) = of(result.events, ev.MCPServerRestarted)
+    assert restarted.server == "box"
+    assert restarted.restarts == 1
+    assert restarted.round > crash_event.round
+    assert ev.load(json.loads(json.dumps(ev.dump(restarted)))) == restarted
+
+
+async def test_past_its_restart_intensity_the_server_is_down() -> None:
+    """A server that dies past its RestartPolicy fails its calls at once, transient."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("crash"), use("echo", text="e"), Reply(text="gave up")),
+        tools=[stdio(restart=RestartPolicy(max_restarts=0))],
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (crashed, down) = finished(result)
+    assert crashed[1] == down[1] == "transient_error"
+    assert "is down" in down[2]
+    assert "gave up after 0 restarts" in down[2]
+
+
+async def test_a_server_that_cannot_start_ends_the_run() -> None:
+    """A server that never comes up ends the run fatal_tool_error, saying which and why."""
+    broken = MCPServerStdio(
+        sys.executable, ["-c", "pass"], name="broken", restart=RestartPolicy(max_restarts=0)
+    )
+    agent = tether.Agent(name="a", provider=calls(Reply(text="never")), tools=[broken])
+    result = await run(agent)
+    assert result.termination is tether.Termination.FATAL_TOOL_ERROR
+    assert result.error is not None
+    assert "MCP server 'broken' is unavailable" in result.error
+    assert result.usage.model_calls == 0
+
+
+async def test_a_call_past_its_timeout_is_timeout_and_the_connection_stays() -> None:
+    """timeout_s bounds each call: timeout outcome; the same server answers the next call."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("pid"), use("slow", seconds=30), use("pid"), Reply(text="ok")),
+        tools=[stdio(timeout_s=0.5)],
+        limits=tether.Limits(max_tool_retries=0),
+    )
+    result = await run(agent)
+    (before, slow, after) = finished(result)
+    assert slow[1] == "timeout"
+    assert after == before  # the same process
+    assert not of(result.events, ev.MCPServerRestarted)
+
+
+# ---------------------------------------------------------------- the Runtime owns it
+
+
+async def test_runs_share_one_connection_and_the_runtime_closes_it() -> None:
+    """Every run of a Runtime uses one connection; on exit the server process is gone."""
+    box = stdio()
+    agent = tether.Agent(name="a", provider=calls(use("pid"), Reply(text="ok")), tools=[box])
+    async with tether.Runtime() as rt:
+        results = [await rt.run(agent, "one"), await rt.run(agent, "two")]
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(rt.run, agent, "concurrent")
+        pids = {finished(r)[0][2] for r in results}
+        assert any(name.startswith("tether-toolset:") for name in task_names())
+    assert len(pids) == 1
+    assert not alive(int(pids.pop()))
+    assert not any(name.startswith("tether-toolset:") for name in task_names())
+
+
+async def test_a_run_cancelled_during_a_call_leaks_nothing() -> None:
+    """Cancelling a run mid-call ends it cancelled; the connection serves the next run."""
+    box = stdio()
+    slow = tether.Agent(name="s", provider=calls(use("pid"), use("slow", seconds=30)), tools=[box])
+    quick = tether.Agent(name="q", provider=calls(use("pid"), Reply(text="ok")), tools=[box])
+    async with tether.Runtime() as rt:
+        handle = rt.start(slow, "slow")
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallStarted) and event.name == "slow":
+                break
+        await anyio.wait_all_tasks_blocked()
+        handle.cancel("the user left")
+        cancelled = await handle.result()
+        after = await rt.run(quick, "after")
+    assert_consistent(cancelled)
+    assert cancelled.termination is tether.Termination.CANCELLED
+    assert finished(cancelled)[-1][:2] == ("slow", "cancelled")
+    assert after.termination is tether.Termination.ANSWERED
+    assert finished(after)[0][2] == finished(cancelled)[0][2]  # the same server process
+    assert not alive(int(finished(after)[0][2]))
+
+
+# ---------------------------------------------------------------- over HTTP
+
+
+async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: HttpServer) -> None:
+    """Issue 14: an agent with a stdio server and an HTTP server answers through both."""
+    agent = tether.Agent(
+        name="both",
+        provider=calls(
+            Reply(
+                tool_calls=[
+                    ToolCall(name="add", arguments={"a": 2, "b": 3}),
+                    ToolCall(name="web_echo", arguments={"text": "over http"}),
+                ]
+            ),
+            Reply(text="5, over http"),
+        ),
+        tools=[stdio(), MCPServerHTTP(http_server.url, name="web", prefix="web_")],
+    )
+    result = await run(agent, "add 2 and 3, and echo over http")
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "5, over http"
+    # The two calls run concurrently: their results come in either order.
+    assert sorted(finished(result)) == [
+        ("add", "ok", '{"result":5}'),
+        ("web_echo", "ok", "over http"),
+    ]
+    assert [e.server for e in of(result.events, ev.MCPToolsListed)] == ["box", "web"]
+    assert result.summary() == "Model → Tools(2) → Model → answered"
+
+
+async def test_an_http_server_killed_mid_call_is_reconnected(http_server: HttpServer) -> None:
+    """A killed HTTP server: the call in flight is transient; the server back, calls work."""
+    web = MCPServerHTTP(
+        http_server.url, name="web", restart=RestartPolicy(max_restarts=10, period_s=60)
+    )
+    agent = tether.Agent(
+        name="a",
+        provider=calls(use("pid"), use("slow", seconds=30), use("pid"), Reply(text="ok")),
+        tools=[web],
+    )
+    async with tether.Runtime() as rt:
+        handle = rt.start(agent, "q")
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallStarted) and event.name == "slow":
+                break
+        await anyio.wait_all_tasks_blocked()
+        http_server.stop()
+        await anyio.to_thread.run_sync(http_server.start)
+        result = await handle.result()
+    assert_consistent(result)
+    assert result.termination is tether.Termination.ANSWERED
+    (before, slow, after) = finished(result)
+    assert slow[1] == "transient_error"
+    assert "lost during this call" in slow[2]
+    assert after[1] == "ok"
+    assert after[2] != before[2]
+    (restarted,) = of(result.events, ev.MCPServerRestarted)
+    assert restarted.server == "web"
+
+
+async def test_an_http_server_restarted_while_idle_is_reconnected(http_server: HttpServer) -> None:
+    """The listen stream shows an idle server's death: reconnected, and list changes heard again."""
+    web = MCPServerHTTP(
+        http_server.url, name="web", restart=RestartPolicy(max_restarts=10, period_s=60)
+    )
+    rounds: list[set[str]] = []
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        rounds.append({d.name for d in request.tools})
+        items = [
+            use("pid"),
+            use("echo", text="back"),
+            use("pid"),
+            use("grow"),
+            use("late", word="w"),
+        ]
+        return (*items, Reply(text="ok"))[len(rounds) - 1]
+
+    class Restart:
+        """After round 1, the server dies and comes back on the same port."""
+
+        async def check(self, point: str, subject: object) -> None:
+            if point == "round_end" and len(rounds) == 1:
+                http_server.stop()
+                await anyio.to_thread.run_sync(http_server.start)
+
+    agent = tether.Agent(
+        name="a", provider=ScriptedProvider(script), tools=[web], policies=[Restart()]
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    (before, back, after, grown, late) = finished(result)
+    assert back == ("echo", "ok", "back")  # the next call waited for the reconnection
+    assert grown == ("grow", "ok", "grown")
+    assert after[1] == "ok"
+    assert after[2] != before[2]
+    assert late == ("late", "ok", "W")  # the new connection's listen stream heard the change
+    (restarted,) = of(result.events, ev.MCPServerRestarted)
+    assert "change stream" in restarted.error
+
+
+async def test_a_run_cancelled_during_an_http_call_leaks_nothing(http_server: HttpServer) -> None:
+    """Over HTTP too, a cancelled call leaves the connection serving the other runs."""
+    web = MCPServerHTTP(http_server.url, name="web")
+    slow = tether.Agent(name="s", provider=calls(use("slow", seconds=30)), tools=[web])
+    quick = tether.Agent(
+        name="q", provider=calls(use("echo", text="e"), Reply(text="ok")), tools=[web]
+    )
+    async with tether.Runtime() as rt:
+        handle = rt.start(slow, "slow")
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallStarted):
+                break
+        await anyio.wait_all_tasks_blocked()
+        handle.cancel("the user left")
+        cancelled = await handle.result()
+        after = await rt.run(quick, "after")
+    assert_consistent(cancelled)
+    assert cancelled.termination is tether.Termination.CANCELLED
+    assert finished(after) == [("echo", "ok", "e")]
+    assert not of(after.events, ev.MCPServerRestarted)
+
+
+async def test_http_headers_reach_the_server(http_server: HttpServer) -> None:
+    """headers go with every request, and stay out of the server's repr."""
+    web = MCPServerHTTP(http_server.url, {"X-Token": "s3cret"}, name="web")
+    agent = tether.Agent(
+        name="a", provider=calls(use("header", name="x-token"), Reply(text="ok")), tools=[web]
+    )
+    result = await run(agent)
+    assert finished(result) == [("header", "ok", "s3cret")]
+    assert "s3cret" not in repr(web)
+
+
+# ---------------------------------------------------------------- the public call
+
+
+def test_bad_configuration_fails_at_construction() -> None:
+    """Mistakes in a server's configuration are TypeError/ValueError naming the fault."""
+    with pytest.raises(TypeError, match="needs a command"):
+        MCPServerStdio("")
+    with pytest.raises(TypeError, match="args must be a sequence"):
+        MCPServerStdio("python", "server.py")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="env must map str to str"):
+        MCPServerStdio("python", [], {"PORT": 8000})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="http:// or https://"):
+        MCPServerHTTP("127.0.0.1:8000/mcp")
+    with pytest.raises(TypeError, match="tool_filter"):
+        MCPServerHTTP("http://h/mcp", tool_filter="search")
+    with pytest.raises(ValueError, match="prefix"):
+        MCPServerHTTP("http://h/mcp", prefix="my tools.")
+    with pytest.raises(ValueError, match="timeout_s"):
+        MCPServerHTTP("http://h/mcp", timeout_s=0)
+    box = stdio()
+    with pytest.raises(ValueError, match="listed twice"):
+        tether.Agent(name="a", provider=calls(), tools=[box, box])
+
+
+def test_servers_go_in_tools_beside_plain_tools() -> None:
+    """Agent(tools=[...]) keeps plain tools in tools and servers in toolsets."""
+    box = stdio()
+    agent = tether.Agent(name="a", provider=calls(), tools=[tether.tool(os.getcwd), box])
+    assert [t.name for t in agent.tools] == ["getcwd"]
+    assert agent.toolsets == (box,)
+    assert box.label == "box"
+    assert MCPServerHTTP("http://u:secret@h:8/mcp?key=k").label == "http://h:8/mcp"
+    npx = MCPServerStdio("/usr/bin/npx", ["-y", "@acme/server", "--token", "t"], {"KEY": "k"})
+    assert npx.label == "npx server"
+    assert "KEY" not in repr(npx)
+
+
+def test_the_core_does_not_import_mcp() -> None:
+    """import tether works without the extra: the mcp SDK is imported by tether.mcp only."""
+    code = "import sys, tether; sys.exit(any(m.split('.')[0] == 'mcp' for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
