@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -45,6 +46,7 @@ def sse_server() -> Iterator[int]:
     """Start :mod:`benchmarks._sse_server` in a child process; yield its port."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks._sse_server"],
+        cwd=Path(__file__).resolve().parent.parent,  # where the benchmarks package is
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
