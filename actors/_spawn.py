@@ -85,6 +85,23 @@ def _asyncio_done(tg: Any, task: Any) -> None:
             tg.cancel_scope.cancel()
 
 
+class _Done:
+    """A task's done-callback: :func:`_asyncio_done` for its group.
+
+    Not a ``functools.partial``: anyio formats the cancelling task's repr into every
+    cancel reason, and asyncio's repr of a task looks up the source of each
+    partial among its callbacks; a plain callable is formatted by its repr alone.
+    """
+
+    __slots__ = ("_tg",)
+
+    def __init__(self, tg: Any) -> None:
+        self._tg = tg
+
+    def __call__(self, task: Any) -> None:
+        _asyncio_done(self._tg, task)
+
+
 def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) -> bool:
     global _ASYNCIO
     if _ASYNCIO is None:
@@ -95,7 +112,6 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     if not tg._entered or not scope._active:
         return False  # let start_soon raise its own error
     import asyncio
-    import functools
 
     task_state, states = _ASYNCIO
     coro = func(*args)
@@ -105,7 +121,7 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     tg._tasks.add(task)
     if _PY314 and scope._host_task is not None:  # pragma: no cover (Python 3.14)
         asyncio.future_add_to_awaited_by(task, scope._host_task)  # type: ignore[attr-defined]
-    task.add_done_callback(functools.partial(_asyncio_done, tg))
+    task.add_done_callback(_Done(tg))
     return True
 
 
