@@ -141,11 +141,16 @@ async def supervise(
     """Run ``factory()``'s actor on ``mailbox``, restarting it on crashes within ``policy``."""
     crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
-    with mailbox.stream:
+    stream, bell = mailbox.stream, mailbox.bell
+    with stream:
         try:
             while True:
+                # Mailbox.receive, inlined: an idle actor parks one frame less deep.
                 try:
-                    request = await mailbox.receive()
+                    request = stream.receive_nowait()
+                except anyio.WouldBlock:
+                    await bell.wait()
+                    continue
                 except anyio.EndOfStream:
                     return
                 try:

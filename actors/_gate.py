@@ -27,9 +27,21 @@ class ProviderGate:
         self._slots = anyio.Semaphore(limit)
         self._paused_until = 0.0
 
-    def slot(self) -> _Slot:
-        """``async with gate.slot():`` holds one of the gate's concurrency slots."""
-        return _Slot(self._slots)
+    def acquire_nowait(self) -> bool:
+        """Take a slot if one is free (no checkpoint); ``False`` when all are taken."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+
+    async def acquire(self) -> None:
+        """Wait for a slot and take it (after :meth:`acquire_nowait` said none is free)."""
+        await self._slots.acquire()
+
+    def release(self) -> None:
+        """Give back the slot :meth:`acquire_nowait` or :meth:`acquire` took."""
+        self._slots.release()
 
     def pause(self, seconds: float) -> None:
         self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
@@ -54,21 +66,3 @@ class ProviderGate:
             waiting=stats.tasks_waiting,
             paused_for_s=max(0.0, self._paused_until - anyio.current_time()),
         )
-
-
-class _Slot:
-    """Takes a semaphore slot, with no checkpoint when one is free at once."""
-
-    __slots__ = ("_semaphore",)
-
-    def __init__(self, semaphore: anyio.Semaphore) -> None:
-        self._semaphore = semaphore
-
-    async def __aenter__(self) -> None:
-        try:
-            self._semaphore.acquire_nowait()
-        except anyio.WouldBlock:
-            await self._semaphore.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._semaphore.release()

@@ -15,8 +15,6 @@ cuts a stream that crossed a ceiling.
 
 from __future__ import annotations
 
-import contextlib
-
 import anyio
 import attrs
 
@@ -123,76 +121,85 @@ class ModelActor:
         self._calls = 0
 
     async def handle(self, call: ModelCall) -> None:
-        with call.reply, contextlib.suppress(anyio.BrokenResourceError):
-            await self._call(call)
-
-    async def _call(self, call: ModelCall) -> None:
+        # The whole call (its retries included) in this frame and each attempt in
+        # one more: the chain a parked run holds is as short as it can be.
         reply = call.reply
-        attempt = call.first_attempt - 1
-        while True:
-            attempt += 1
-            try:
-                await self._attempt(call)
-                return
-            except TransientProviderError as exc:
-                if self._gate is not None and isinstance(exc, RateLimited) and exc.retry_after:
-                    # Everyone on this provider waits it out (capped like our own backoff).
-                    self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
-                if attempt >= call.max_attempts:
+        try:
+            attempt = call.first_attempt - 1
+            while True:
+                attempt += 1
+                try:
+                    await self._attempt(call)
+                    return
+                except TransientProviderError as exc:
+                    if self._gate is not None and isinstance(exc, RateLimited) and exc.retry_after:
+                        # Everyone on this provider waits it out (capped like our own backoff).
+                        self._gate.pause(min(exc.retry_after, self._provider.backoff.cap))
+                    if attempt >= call.max_attempts:
+                        await reply.send(ModelFailed(error=exc))
+                        return
+                    wait = self._provider.backoff.wait(
+                        attempt - call.attempts_before, exc.retry_after
+                    )
+                    await reply.send(
+                        RetryScheduled(
+                            error_type=exc.error_type,
+                            message=str(exc),
+                            attempt=attempt,
+                            wait_s=wait,
+                        ),
+                    )
+                    await anyio.sleep(wait)
+                    await reply.send(AttemptStarted(attempt=attempt + 1))
+                except ProviderError as exc:
                     await reply.send(ModelFailed(error=exc))
                     return
-                wait = self._provider.backoff.wait(attempt - call.attempts_before, exc.retry_after)
-                await reply.send(
-                    RetryScheduled(
-                        error_type=exc.error_type, message=str(exc), attempt=attempt, wait_s=wait
-                    ),
-                )
-                await anyio.sleep(wait)
-                await reply.send(AttemptStarted(attempt=attempt + 1))
-            except ProviderError as exc:
-                await reply.send(ModelFailed(error=exc))
-                return
-            except anyio.BrokenResourceError:
-                raise
-            except Exception as exc:
-                # User code (a provider's parser) failed: a message, never an unwind.
-                bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
-                bug.__cause__ = exc
-                await reply.send(ModelFailed(error=bug))
-                return
+                except anyio.BrokenResourceError:
+                    raise
+                except Exception as exc:
+                    # User code (a provider's parser) failed: a message, never an unwind.
+                    bug = ProviderBug(f"provider {self._provider.name!r} raised {exc!r}")
+                    bug.__cause__ = exc
+                    await reply.send(ModelFailed(error=bug))
+                    return
+        except anyio.BrokenResourceError:
+            pass  # the requester stopped listening: the call is over
+        finally:
+            reply.close()
 
     async def _attempt(self, call: ModelCall) -> None:
+        """One provider attempt: a gate slot (if any), the stream, each item sent on."""
         ctx = ProviderContext(run_id=self._run_id, call_index=self._calls, http=self._http)
         self._calls += 1
         gate = self._gate
-        if gate is None:
-            await self._stream(call, ctx)
-            return
-        async with gate.slot():
-            # Checked with the slot held: a run queued for the slot while another
-            # run got a 429 must still wait the pause out before sending.
-            waited = await gate.wait_open()
-            if waited:
-                await call.reply.send(GateWaited(wait_s=waited))
-            await self._stream(call, ctx)
-
-    async def _stream(self, call: ModelCall, ctx: ProviderContext) -> None:
-        stream = self._provider.stream(call.request, ctx)
-        reply = call.reply
+        if gate is not None and not gate.acquire_nowait():
+            await gate.acquire()
         try:
-            async for item in stream:
-                if isinstance(item, ModelResponse):
-                    # Whatever the provider: no tool input nested too deep enters a history.
-                    item = bound_response(item)
-                try:
-                    reply.send_nowait(item)
-                except anyio.WouldBlock:
-                    await reply.send(item)  # the requester is behind: wait for room
-                if isinstance(item, ModelResponse):
-                    return
+            if gate is not None:
+                # Checked with the slot held: a run queued for the slot while another
+                # run got a 429 must still wait the pause out before sending.
+                waited = await gate.wait_open()
+                if waited:
+                    await call.reply.send(GateWaited(wait_s=waited))
+            stream = self._provider.stream(call.request, ctx)
+            reply = call.reply
+            try:
+                async for item in stream:
+                    if isinstance(item, ModelResponse):
+                        # Whatever the provider: no tool input nested too deep enters a history.
+                        item = bound_response(item)
+                    try:
+                        reply.send_nowait(item)
+                    except anyio.WouldBlock:
+                        await reply.send(item)  # the requester is behind: wait for room
+                    if isinstance(item, ModelResponse):
+                        return
+            finally:
+                # What contextlib.aclosing does, without its two extra coroutines a call.
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            raise MalformedResponse("the provider's stream ended without a response")
         finally:
-            # What contextlib.aclosing does, without its two extra coroutines a call.
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        raise MalformedResponse("the provider's stream ended without a response")
+            if gate is not None:
+                gate.release()

@@ -32,8 +32,13 @@ beside them).
 - **B8** B1's workload and sizes, with every run read through
   ``handle.stream_text()`` against nobody streaming (the two alternate
   between repeats): what a streamed run costs, and that a run nobody streams
-  pays nothing for deltas. (B7 is kept for the real-wire benchmark of the
-  performance issue: the HTTP providers against a local SSE server.)
+  pays nothing for deltas.
+- **B7** rounds/s over a real wire: ``AnthropicProvider`` and
+  ``OpenAIProvider`` streaming from a local SSE server
+  (:mod:`benchmarks._sse_server`, a process of its own on 127.0.0.1), 1,000
+  runs at once, R=3, against the same requests made with bare httpx +
+  httpx-sse in the same process (:mod:`benchmarks._wire`): what tether costs
+  over the HTTP floor. Both sides use the providers' pool limits.
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

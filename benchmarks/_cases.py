@@ -1,4 +1,4 @@
-"""The benchmarks B1–B6 and B8, each for tether and for the bare loop.
+"""The benchmarks B1–B6 and B8, each for tether and for the bare loop (B7: :mod:`._wire`).
 
 A :class:`Job` names one benchmark, one side (``tether`` or ``bare``), one
 backend and its sizes; :func:`run_job` runs it with ``anyio.run`` and returns
@@ -43,6 +43,7 @@ class Job:
     repeats: int = 1
     timeout_s: float = 60.0
     reader_delay_s: float = 0.001  # B6: the slow reader's sleep per event
+    wire: str = "anthropic"  # B7: "anthropic" or "openai"
 
 
 class Outcome:
@@ -467,5 +468,9 @@ CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
 
 def run_job(job: Job) -> Result:
     """Run one job on its backend, in this process."""
+    if job.case == "B7":
+        from ._wire import CASES as WIRE  # imported here: it imports this module
+
+        return anyio.run(WIRE[job.impl], job, backend=job.backend)
     case = CASES[(job.case, job.impl)]
     return anyio.run(case, job, backend=job.backend)

@@ -13,7 +13,7 @@ from ._cases import Job, Result
 #: Runs a job; ``True`` asks for a child process of its own (memory jobs).
 Runner = Callable[[Job, bool], Result]
 
-BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,9 @@ class Plan:
     b6_rounds: int
     b6_repeats: int
     b6_reader_delay_s: float
+    b7_runs: int
+    b7_rounds: int
+    b7_repeats: int
 
 
 FULL = Plan(
@@ -57,6 +60,9 @@ FULL = Plan(
     b6_rounds=5,
     b6_repeats=5,
     b6_reader_delay_s=0.001,
+    b7_runs=1_000,
+    b7_rounds=3,
+    b7_repeats=2,
 )
 
 QUICK = Plan(
@@ -77,6 +83,9 @@ QUICK = Plan(
     b6_rounds=3,
     b6_repeats=1,
     b6_reader_delay_s=0.001,
+    b7_runs=20,
+    b7_rounds=2,
+    b7_repeats=1,
 )
 
 
@@ -410,6 +419,44 @@ def bench_b6(plan: Plan, backend: str, run: Runner) -> list[Row]:
     ]
 
 
+def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
+    """Each HTTP provider against bare httpx + httpx-sse, on the same local SSE server."""
+    rows: list[Row] = []
+    for wire in ("anthropic", "openai"):
+        job = Job(
+            "B7",
+            "tether",
+            backend,
+            plan.b7_runs,
+            plan.b7_rounds,
+            0.0,
+            repeats=plan.b7_repeats,
+            timeout_s=plan.timeout_s,
+            wire=wire,
+        )
+        t, b = run(job, False), run(_bare(job), False)
+        tr, br = _num(t.get("rounds_per_s")), _num(b.get("rounds_per_s"))
+        verified, problems = _verified(t, b)
+        name = "AnthropicProvider" if wire == "anthropic" else "OpenAIProvider"
+        rows.append(
+            Row(
+                "B7",
+                backend,
+                f"rounds/s over HTTP · `{name}` streaming from a local SSE server · "
+                f"{_n(plan.b7_runs)} runs at once, R={plan.b7_rounds} "
+                f"(best of {plan.b7_repeats}); bare: the same requests with httpx + httpx-sse",
+                _fmt(tr, 0),
+                _fmt(br, 0),
+                _fraction(_ratio(tr, br)),
+                "—",
+                "—",
+                verified,
+                problems,
+            )
+        )
+    return rows
+
+
 def bench_b8(plan: Plan, backend: str, run: Runner) -> list[Row]:
     """B1's workload (its sizes), with and without a ``stream_text()`` reader per run."""
     job = Job(
@@ -467,5 +514,6 @@ BENCH: dict[str, Callable[[Plan, str, Runner], list[Row]]] = {
     "B4": bench_b4,
     "B5": bench_b5,
     "B6": bench_b6,
+    "B7": bench_b7,
     "B8": bench_b8,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from typing import ClassVar
@@ -99,6 +100,12 @@ def resolve_key(value: str | None, env: str) -> str | None:
     return key or None
 
 
+@functools.lru_cache(maxsize=64)
+def _header_safe(key: str) -> bool:
+    # Cached: checked before every request, and a key is a hundred characters.
+    return key.isascii() and key.isprintable() and not any(ch.isspace() for ch in key)
+
+
 def check_base_url(url: str) -> str:
     """``url`` without a trailing slash; ``ValueError`` unless it is an http(s) URL with a host."""
     parts = urlsplit(url.strip())
@@ -113,7 +120,7 @@ def check_base_url(url: str) -> str:
 
 def check_key(key: str, provider: str) -> None:
     """Refuse a key httpx could not put in a header, without echoing it."""
-    if not key.isascii() or not key.isprintable() or any(ch.isspace() for ch in key):
+    if not _header_safe(key):
         raise AuthenticationFailed(
             f"{provider}: the API key contains characters not allowed in an HTTP header"
         )

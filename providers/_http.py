@@ -26,13 +26,22 @@ from ._shape import Shape
 from ._types import HttpPoolLike
 from ._wire_errors import error_for_exception, error_for_status, redact
 
+#: Values ``plain`` returns as they are, tested inline (a call per leaf would
+#: be most of an encoding's calls: a request is mostly strings).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
 
 def plain(value: Any) -> Any:
     """``value`` with every Mapping made a dict and every tuple a list (for json.dumps)."""
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        leaves = _LEAVES
+        return {
+            (k if type(k) is str else str(k)): (v if type(v) in leaves else plain(v))
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        leaves = _LEAVES
+        return [v if type(v) in leaves else plain(v) for v in value]
     return value
 
 

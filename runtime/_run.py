@@ -45,6 +45,7 @@ from tether.actors import (
     ToolActor,
     ToolOutput,
     dump_output,
+    spawn,
     spawn_mailbox,
     supervise,
 )
@@ -359,9 +360,7 @@ class Run:
     def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
         assert self._tg is not None
         ref, box = spawn_mailbox(name, 1)
-        self._tg.start_soon(
-            supervise, name, factory, box, self.agent.restart, name=f"{self.id}:{name}"
-        )
+        spawn(self._tg, supervise, name, factory, box, self.agent.restart, name=f"{self.id}:{name}")
         return ref
 
     def _tools_actor(self) -> ActorRef[RunTools]:

@@ -12,6 +12,7 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
+from tether.actors import spawn
 from tether.providers import Message, ModelSettings, TetherError
 
 from ._agent import Agent, DepsT, OutputT
@@ -320,7 +321,7 @@ class Runtime:
             self._services, agent, text, run_id, parent_run_id, first, extras, transcript=transcript
         )
         self._runs[run_id] = run
-        self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
+        spawn(self._tg, run.main, name=f"tether-run:{run_id}")
         return RunHandle[OutputT](run)
 
     async def run(
