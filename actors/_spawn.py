@@ -18,19 +18,38 @@ more on use, so per parked run that is a tenth of what it holds.
   the task, wake the group when it was the last, and record an error
   (cancelling the group).
 
-Anything else (another anyio version whose task group lacks the attributes
-relied on, another backend, a task group not made by anyio) falls back to
-``start_soon``, so the helper is never less correct than anyio; the test
-suite runs every path of the actors on both backends over it.
+Anything else falls back to ``start_soon``, so the helper is never less
+correct than anyio: an anyio release outside :data:`CHECKED_ANYIO` (the
+minor versions whose internals this was checked against; a newer one may
+change them without notice), a task group lacking the attributes relied on,
+another backend, a task group not made by anyio. The test suite runs every
+path of the actors on both backends over it.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from anyio.abc import TaskGroup
+
+#: The anyio minor versions (major, minor) whose task-group internals :func:`spawn`
+#: was checked against; with any other, it is ``start_soon``. Widen it only after
+#: reading the new release's ``TaskGroup.start_soon`` and running the test suite.
+CHECKED_ANYIO = frozenset({(4, 16)})
+
+
+def _anyio_checked() -> bool:
+    try:
+        major, minor = importlib.metadata.version("anyio").split(".")[:2]
+        return (int(major), int(minor)) in CHECKED_ANYIO
+    except (importlib.metadata.PackageNotFoundError, ValueError):  # pragma: no cover
+        return False
+
+
+_CHECKED = _anyio_checked()
 
 
 def _trio_spawner(tg: Any) -> Callable[..., None] | None:
@@ -128,7 +147,9 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
 def spawn(tg: TaskGroup, func: TaskFunc, *args: Any, name: str) -> None:
     """``tg.start_soon(func, *args, name=name)``, without anyio's per-task handle."""
     module = type(tg).__module__
-    if module == "anyio._backends._trio":
+    if not _CHECKED:
+        pass
+    elif module == "anyio._backends._trio":
         start_soon = _trio_spawner(tg)
         if start_soon is not None:
             start_soon(func, *args, name=name)
