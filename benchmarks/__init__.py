@@ -39,6 +39,9 @@ beside them).
   runs at once, R=3, against the same requests made with bare httpx +
   httpx-sse in the same process (:mod:`benchmarks._wire`): what tether costs
   over the HTTP floor. Both sides use the providers' pool limits.
+- **B9** B2's workload and sizes with a ``SQLiteRunStore`` (a fresh file per
+  repeat; every run recorded, checkpointed per round and finished in it)
+  against no store, alternately: what durability costs (issue 15).
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

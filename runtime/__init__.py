@@ -33,6 +33,15 @@ from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._result import RunResult as RunResult
+from ._runstore import Answer as Answer
+from ._runstore import Claim as Claim
+from ._runstore import Control as Control
+from ._runstore import LeaseLost as LeaseLost
+from ._runstore import NewRun as NewRun
+from ._runstore import RunStore as RunStore
+from ._runstore import RunStoreError as RunStoreError
+from ._runstore import StoredRun as StoredRun
+from ._runstore import ToolRecord as ToolRecord
 from ._runtime import BudgetExhausted as BudgetExhausted
 from ._runtime import RunHandle as RunHandle
 from ._runtime import Runtime as Runtime
@@ -40,6 +49,7 @@ from ._runtime import RuntimeClosed as RuntimeClosed
 from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import combine as combine
+from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 from ._state import RunView as RunView
 from ._toolsets import ConnectionLost as ConnectionLost
 from ._toolsets import RemoteTool as RemoteTool
@@ -50,10 +60,13 @@ from ._toolsets import ToolsetSession as ToolsetSession
 
 __all__ = [
     "Agent",
+    "Answer",
     "BoundingStrategy",
     "BudgetExhausted",
     "Candidate",
+    "Claim",
     "ContextStrategy",
+    "Control",
     "ConversationConflict",
     "ConversationStore",
     "ConversationStoreError",
@@ -67,23 +80,30 @@ __all__ = [
     "Judgement",
     "KeepAll",
     "LLMJudge",
+    "LeaseLost",
     "Lesson",
     "LessonStore",
     "LessonStoreError",
     "Limits",
+    "NewRun",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
     "RunHandle",
     "RunInput",
     "RunResult",
+    "RunStore",
+    "RunStoreError",
     "RunView",
     "Runtime",
     "RuntimeClosed",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
+    "SQLiteRunStore",
+    "StoredRun",
     "Termination",
     "ToolFilter",
+    "ToolRecord",
     "Toolset",
     "ToolsetSession",
     "TruncateOldest",

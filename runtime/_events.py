@@ -336,6 +336,20 @@ DELTA_TYPES = (TextDelta, ToolCallDelta)
 
 
 @attrs.frozen(kw_only=True)
+class RunResumed(Event):
+    """The seam of a durable run resumed by another owner (DESIGN §20).
+
+    The events before it are the stored ones, up to the last checkpoint; the
+    run goes on from round ``from_round`` + 1 (the round in flight at the crash
+    is done again).
+    """
+
+    from_round: int
+    #: The owner whose lease expired (``None``: a parked run answered, or released).
+    previous_owner: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RunFinished(Event):
     termination: Termination
     usage: Usage
@@ -376,6 +390,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ContextBounded,
         MCPToolsListed,
         MCPServerRestarted,
+        RunResumed,
         RunFinished,
         TextDelta,
         ToolCallDelta,

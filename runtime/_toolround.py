@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -50,18 +50,37 @@ REPEAT_NUDGE = (
 )
 
 
+class ToolRecorder(Protocol):
+    """Where a durable run keeps its tool results (:class:`~._durable.Durable`)."""
+
+    async def record_tool(self, round: int, arguments: Any, item: ToolDone) -> None: ...
+
+    async def recall(
+        self, round: int, invocations: Sequence[ToolInvocation]
+    ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]: ...
+
+    async def park(
+        self, asks: Sequence[ToolUseBlock], previous: frozenset[tuple[str, str]], reserved: int
+    ) -> None:
+        """Park the run until the held calls are answered (it does not come back)."""
+
+
 class Approvals:
     """The host's answers to held tool calls, and the run's waits for them."""
 
-    __slots__ = ("_answers", "_pending")
+    __slots__ = ("_answers", "_pending", "given")
 
     def __init__(self, pending: dict[str, PendingApproval]) -> None:
         self._pending = pending  # the run state's, so a checkpoint holds them
         self._answers: dict[str, tuple[anyio.Event, list[tuple[bool, str | None]]]] = {}
+        #: Answers given before the calls were held (a parked run, resumed).
+        self.given: dict[str, tuple[bool, str | None]] = {}
 
     def hold(self, call: ToolUseBlock, reason: str) -> None:
         self._pending[call.id] = PendingApproval(call=call, reason=reason)
         self._answers[call.id] = (anyio.Event(), [])
+        if call.id in self.given:
+            self.answer(call.id, *self.given.pop(call.id))
 
     def waiting(self) -> list[PendingApproval]:
         """The held calls not answered yet."""
@@ -102,6 +121,7 @@ class ToolRound:
         "_output",
         "_per_run",
         "_policies",
+        "_recorder",
         "_results",
         "_run_child",
         "_state",
@@ -126,8 +146,10 @@ class ToolRound:
         run_child: ChildRunner | None,
         per_run: PerRun | None = None,
         output: TypedOutput | None = None,
+        recorder: ToolRecorder | None = None,
     ) -> None:
         self._calls = calls
+        self._recorder = recorder
         self._output = output
         self._state = state
         self._tools = tools
@@ -198,7 +220,7 @@ class ToolRound:
                 else:
                     admitted.append(call)
         if asks:
-            admitted += await self._await_approvals(asks)
+            admitted += await self._await_approvals(asks, previous, len(admitted) + len(asks))
         runnable: list[ToolInvocation] = []
         for call in admitted:
             spec = self._tools[call.name]
@@ -206,9 +228,17 @@ class ToolRound:
                 self._search_tools(call)
             else:
                 runnable.append(ToolInvocation(call=call, spec=spec))
+        reused = _NONE_DONE  # no allocation in a round of a run without a store
+        if self._recorder is not None and runnable:  # a durable run: reuse recorded results
+            runnable, recalled = await self._recorder.recall(state.round, runnable)
+            for call, item in recalled:
+                self._take(call, item)
+            reused = [item for _, item in recalled]
         done = await self._execute(runnable) if runnable else []
         if isinstance(done, Decision):
             return done
+        if reused:
+            done = [*reused, *done]
         self.close()
         crossed = self._accounts.crossed()
         if crossed is not None:
@@ -236,8 +266,17 @@ class ToolRound:
 
     # ---------------------------------------------------------------- approval
 
-    async def _await_approvals(self, asks: list[tuple[ToolUseBlock, str]]) -> list[ToolUseBlock]:
-        """Wait (within the run's deadline) for the host to approve or reject each call."""
+    async def _await_approvals(
+        self,
+        asks: list[tuple[ToolUseBlock, str]],
+        previous: frozenset[tuple[str, str]],
+        reserved: int,
+    ) -> list[ToolUseBlock]:
+        """Wait (within the run's deadline) for the host to approve or reject each call.
+
+        A durable run parks instead (``previous`` and ``reserved`` undo this
+        round's marks in its checkpoint), unless every call was answered already.
+        """
         trail, approvals = self._trail, self._approvals
         for call, reason in asks:
             approvals.hold(call, reason)
@@ -250,6 +289,8 @@ class ToolRound:
                     reason=reason,
                 )
             )
+        if self._recorder is not None and approvals.waiting():
+            await self._recorder.park([call for call, _ in asks], previous, reserved)
         approved: list[ToolUseBlock] = []
         try:
             for call, _ in asks:
@@ -312,20 +353,10 @@ class ToolRound:
                     gone = item.error
                     break
                 call = pending.pop(item.call_id)
-                if item.output is not None:
-                    output = item.output
-                    if output.child_run_id is not None:
-                        trail.add(
-                            ev.ChildRunFinished(
-                                **trail.head(),
-                                call_id=call.id,
-                                child_run_id=output.child_run_id,
-                                termination=output.child_termination or "",
-                            )
-                        )
-                    accounts.charge_child(output)
-                self._settle(call, item.outcome, item.content, item.attempts, item.images)
+                self._take(call, item)
                 done.append(item)
+                if self._recorder is not None:
+                    await self._recorder.record_tool(self._state.round, call.input, item)
         except ActorCrashed as down:
             gone = down
         finally:
@@ -349,6 +380,22 @@ class ToolRound:
         return done
 
     # ----------------------------------------------------------------- pairing
+
+    def _take(self, call: ToolUseBlock, item: ToolDone) -> None:
+        """A finished call: charge what it spent, then settle it."""
+        if item.output is not None:
+            output, trail = item.output, self._trail
+            if output.child_run_id is not None:
+                trail.add(
+                    ev.ChildRunFinished(
+                        **trail.head(),
+                        call_id=call.id,
+                        child_run_id=output.child_run_id,
+                        termination=output.child_termination or "",
+                    )
+                )
+            self._accounts.charge_child(output)
+        self._settle(call, item.outcome, item.content, item.attempts, item.images)
 
     def _settle(
         self,
@@ -395,6 +442,7 @@ class ToolRound:
 
 
 _NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
+_NONE_DONE: Sequence[ToolDone] = ()
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode

@@ -221,6 +221,11 @@ class Trail:
         """Close the stage :meth:`enter` opened (on every path)."""
         self.__exit__(None, None, None)
 
+    def restore(self, events: Sequence[ev.Event]) -> None:
+        """Start from a durable run's stored events (a resumed run, before it runs)."""
+        assert not self._events, "restore() is for a trail that has no events yet"
+        self._events = list(events)
+
     def finish(self) -> EventLog:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = EventLog(self.run_id, self._events)
@@ -248,6 +253,31 @@ class Trail:
         if self._finished is not None:
             return self._finished[seq]
         return _built(self.run_id, self._events, seq)
+
+    def dumped(self, start: int) -> list[dict[str, Any]]:
+        """The events from ``start`` on, as :func:`~._events.dump` makes them (a run store's).
+
+        A compact stage event is dumped as it is, without becoming an object.
+        """
+        items = self._events if self._finished is None else self._finished._items
+        run_id, out = self.run_id, []
+        for seq in range(start, len(items)):
+            item = items[seq]
+            if isinstance(item, complex):
+                code = int(item.imag)
+                out.append(
+                    {
+                        "run_id": run_id,
+                        "seq": seq,
+                        "round": code >> 5,
+                        "at": item.real,
+                        "stage": _STAGES[(code & 31) >> 1],
+                        "type": "StageEntered" if code & 1 else "StageExited",
+                    }
+                )
+            else:
+                out.append(ev.dump(item))
+        return out
 
     @property
     def finished(self) -> bool:
