@@ -33,6 +33,15 @@ from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._result import RunResult as RunResult
+from ._runstore import Answer as Answer
+from ._runstore import Claim as Claim
+from ._runstore import Control as Control
+from ._runstore import LeaseLost as LeaseLost
+from ._runstore import NewRun as NewRun
+from ._runstore import RunStore as RunStore
+from ._runstore import RunStoreError as RunStoreError
+from ._runstore import StoredRun as StoredRun
+from ._runstore import ToolRecord as ToolRecord
 from ._runtime import BudgetExhausted as BudgetExhausted
 from ._runtime import RunHandle as RunHandle
 from ._runtime import Runtime as Runtime
@@ -44,10 +53,13 @@ from ._state import RunView as RunView
 
 __all__ = [
     "Agent",
+    "Answer",
     "BoundingStrategy",
     "BudgetExhausted",
     "Candidate",
+    "Claim",
     "ContextStrategy",
+    "Control",
     "ConversationConflict",
     "ConversationStore",
     "ConversationStoreError",
@@ -61,22 +73,28 @@ __all__ = [
     "Judgement",
     "KeepAll",
     "LLMJudge",
+    "LeaseLost",
     "Lesson",
     "LessonStore",
     "LessonStoreError",
     "Limits",
+    "NewRun",
     "Policy",
     "PolicyPoint",
     "RuleJudge",
     "RunHandle",
     "RunInput",
     "RunResult",
+    "RunStore",
+    "RunStoreError",
     "RunView",
     "Runtime",
     "RuntimeClosed",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
+    "StoredRun",
     "Termination",
+    "ToolRecord",
     "TruncateOldest",
     "Usage",
     "Verdict",

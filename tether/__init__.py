@@ -24,6 +24,7 @@ from tether.runtime import JsonlSink as JsonlSink
 from tether.runtime import Judge as Judge
 from tether.runtime import Judgement as Judgement
 from tether.runtime import KeepAll as KeepAll
+from tether.runtime import LeaseLost as LeaseLost
 from tether.runtime import Lesson as Lesson
 from tether.runtime import LessonStore as LessonStore
 from tether.runtime import Limits as Limits
@@ -33,6 +34,8 @@ from tether.runtime import PolicyPoint as PolicyPoint
 from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
 from tether.runtime import RunResult as RunResult
+from tether.runtime import RunStore as RunStore
+from tether.runtime import RunStoreError as RunStoreError
 from tether.runtime import Runtime as Runtime
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
@@ -55,6 +58,7 @@ __all__ = [
     "Judgement",
     "KeepAll",
     "LLMJudge",
+    "LeaseLost",
     "Lesson",
     "LessonStore",
     "Limits",
@@ -66,6 +70,8 @@ __all__ = [
     "RunContext",
     "RunHandle",
     "RunResult",
+    "RunStore",
+    "RunStoreError",
     "Runtime",
     "SQLiteConversationStore",
     "SQLiteLessonStore",

@@ -1,0 +1,408 @@
+"""The run store conformance suite: every :class:`tether.RunStore` must pass it.
+
+Reuse it from a store's own test module by importing the tests and giving
+a ``make_store`` fixture: a callable that returns a *new store object on the
+same, fresh, storage* each time it is called (several objects on one store
+stand for several processes)::
+
+    from tests.runstore_contract import *  # noqa: F403
+
+    @pytest.fixture
+    def make_store(tmp_path):
+        return lambda: tether.SQLiteRunStore(tmp_path / "runs.db")
+
+The tests close every store they make.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from tether import LeaseLost, RunStore
+from tether.runtime import Answer, NewRun, ToolRecord
+
+pytestmark = pytest.mark.anyio
+
+MakeStore = Callable[[], RunStore]
+
+__all__ = [
+    "test_answers_make_a_parked_run_ready_once",
+    "test_claim_takes_an_expired_lease_only",
+    "test_commit_appends_gap_free_and_checkpoints",
+    "test_concurrent_claimers_in_threads_one_wins",
+    "test_concurrent_claimers_one_wins",
+    "test_create_and_get",
+    "test_finish_stores_the_result_and_ends_ownership",
+    "test_park_releases_the_run",
+    "test_release_makes_the_run_claimable_at_once",
+    "test_renew_extends_own_leases_and_reports_lost_ones",
+    "test_requests_reach_the_owner",
+    "test_tool_records_are_kept_per_round",
+    "test_wait_wakes_on_new_events_and_times_out",
+    "test_writes_need_the_lease",
+]
+
+
+@asynccontextmanager
+async def opened(make_store: MakeStore) -> AsyncIterator[RunStore]:
+    store = make_store()
+    assert isinstance(store, RunStore)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def new_run(run_id: str = "r1", **kw: Any) -> NewRun:
+    return NewRun(run_id=run_id, agent="planner", input="hello", created_at=1.0, **kw)
+
+
+def event(seq: int, run_id: str = "r1", kind: str = "StageEntered") -> dict[str, Any]:
+    return {"type": kind, "run_id": run_id, "seq": seq, "round": 0, "at": 1.0}
+
+
+async def test_create_and_get(make_store: MakeStore) -> None:
+    """A created run is running, owned, leased, with no events; a second create is refused."""
+    async with opened(make_store) as store:
+        assert await store.get("r1") is None
+        message = {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+        await store.create(new_run(messages=[message], parent_run_id="p"), owner="A", lease_s=60)
+        run = await store.get("r1")
+        assert run is not None
+        assert (run.agent, run.input, run.parent_run_id, run.messages) == (
+            "planner",
+            "hello",
+            "p",
+            [message],
+        )
+        assert (run.status, run.owner, run.events, run.checkpoint, run.result) == (
+            "running",
+            "A",
+            0,
+            None,
+            None,
+        )
+        assert run.lease_expires_at is not None
+        assert run.cancel is None
+        assert not run.stop
+        with pytest.raises(ValueError, match="r1"):
+            await store.create(new_run(), owner="B", lease_s=60)
+        again = await store.get("r1")
+        assert again is not None
+        assert again.owner == "A"
+
+
+async def test_commit_appends_gap_free_and_checkpoints(make_store: MakeStore) -> None:
+    """Commits append in seq order and replace the checkpoint; a gap writes nothing."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        control = await store.commit(
+            "r1", owner="A", events=[event(0), event(1)], checkpoint={"round": 1}, lease_s=60
+        )
+        assert (control.lost, control.cancel, control.stop) == (False, None, False)
+        await store.commit("r1", owner="A", events=[event(2)], checkpoint=None, lease_s=60)
+        for bad in ([event(4)], [event(2)], [event(3), event(5)]):
+            with pytest.raises(ValueError, match="seq"):
+                await store.commit("r1", owner="A", events=bad, checkpoint={"round": 9}, lease_s=60)
+        run = await store.get("r1")
+        assert run is not None
+        assert run.events == 3
+        assert run.checkpoint == {"round": 1}
+        assert [e["seq"] for e in await store.events("r1")] == [0, 1, 2]
+        assert await store.events("r1", start=2) == [event(2)]
+        assert await store.events("r1", start=3) == []
+        assert await store.events("nope") == []
+
+
+async def test_writes_need_the_lease(make_store: MakeStore) -> None:
+    """Another owner, or the owner after its lease expired, writes nothing: LeaseLost."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        record = ToolRecord(round=1, call_id="c1", name="add", arguments="{}", result={"x": 1})
+        with pytest.raises(LeaseLost):
+            await store.commit("r1", owner="B", events=[event(0)], checkpoint={}, lease_s=60)
+        with pytest.raises(LeaseLost):
+            await store.record_tool("r1", owner="B", record=record)
+        with pytest.raises(LeaseLost):
+            await store.finish("r1", owner="B", events=[event(0)], result={})
+        with pytest.raises(LeaseLost):
+            await store.park("r1", owner="B", events=[], checkpoint={}, pending=["c1"])
+        with pytest.raises(LeaseLost):
+            await store.commit("nope", owner="A", events=[], checkpoint=None, lease_s=60)
+        await store.commit("r1", owner="A", events=[], checkpoint=None, lease_s=0)  # expires now
+        with pytest.raises(LeaseLost):
+            await store.commit("r1", owner="A", events=[event(0)], checkpoint={}, lease_s=60)
+        run = await store.get("r1")
+        assert run is not None
+        assert run.events == 0
+        assert run.checkpoint is None
+        assert await store.tool_records("r1", 1) == []
+
+
+async def test_claim_takes_an_expired_lease_only(make_store: MakeStore) -> None:
+    """A live lease is not claimable; an expired one is, once, and the old owner is fenced."""
+    async with opened(make_store) as store:
+        await store.create(new_run("live"), owner="A", lease_s=60)
+        await store.create(new_run("dead"), owner="A", lease_s=0)
+        assert await store.claimable() == ["dead"]
+        assert await store.claim("live", owner="B", lease_s=60) is None
+        assert await store.claim("nope", owner="B", lease_s=60) is None
+        claim = await store.claim("dead", owner="B", lease_s=60)
+        assert claim is not None
+        assert claim.previous_owner == "A"
+        assert (claim.run.owner, claim.run.status, claim.run.previous_owner) == (
+            "B",
+            "running",
+            "A",
+        )
+        assert await store.claim("dead", owner="C", lease_s=60) is None
+        assert await store.claimable() == []
+        with pytest.raises(LeaseLost):
+            await store.commit("dead", owner="A", events=[], checkpoint=None, lease_s=60)
+        await store.commit("dead", owner="B", events=[event(0, "dead")], checkpoint={}, lease_s=60)
+
+
+async def test_concurrent_claimers_one_wins(make_store: MakeStore) -> None:
+    """Eight store objects (processes, say) race for each of five expired runs: one wins each."""
+    async with opened(make_store) as store:
+        for i in range(5):
+            await store.create(new_run(f"r{i}"), owner="dead", lease_s=0)
+    stores = [make_store() for _ in range(8)]
+    wins: dict[str, list[str]] = {f"r{i}": [] for i in range(5)}
+
+    async def claimer(n: int) -> None:
+        for run_id in wins:
+            if await stores[n].claim(run_id, owner=f"o{n}", lease_s=60) is not None:
+                wins[run_id].append(f"o{n}")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(claimer, n)
+    finally:
+        for s in stores:
+            await s.aclose()
+    assert all(len(owners) == 1 for owners in wins.values()), wins
+    async with opened(make_store) as store:
+        for run_id, owners in wins.items():
+            run = await store.get(run_id)
+            assert run is not None
+            assert run.owner == owners[0]
+
+
+async def test_concurrent_claimers_in_threads_one_wins(make_store: MakeStore) -> None:
+    """Six threads, each with its own event loop and store object, race for one run."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="dead", lease_s=0)
+    wins: list[str] = []
+    barrier = threading.Barrier(6)
+
+    def thread(n: int) -> None:
+        async def claim() -> None:
+            own = make_store()
+            try:
+                barrier.wait()
+                if await own.claim("r1", owner=f"t{n}", lease_s=60) is not None:
+                    wins.append(f"t{n}")
+            finally:
+                await own.aclose()
+
+        anyio.run(claim)
+
+    threads = [threading.Thread(target=thread, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    await anyio.to_thread.run_sync(lambda: [t.join() for t in threads])
+    assert len(wins) == 1, wins
+
+
+async def test_renew_extends_own_leases_and_reports_lost_ones(make_store: MakeStore) -> None:
+    """Renew keeps an owner's runs unclaimable and says which ones it lost."""
+    async with opened(make_store) as store:
+        await store.create(new_run("a"), owner="A", lease_s=0)
+        await store.create(new_run("b"), owner="B", lease_s=60)
+        await store.create(new_run("c"), owner="A", lease_s=60)
+        controls = await store.renew("A", ["a", "b", "c", "nope"], lease_s=60)
+        assert [(c.run_id, c.lost) for c in controls] == [
+            ("a", True),  # expired before the renewal: it may have been claimed meanwhile
+            ("b", True),
+            ("c", False),
+            ("nope", True),
+        ]
+        assert await store.claim("c", owner="B", lease_s=60) is None
+        assert await store.renew("A", [], lease_s=60) == []
+
+
+async def test_release_makes_the_run_claimable_at_once(make_store: MakeStore) -> None:
+    """A released run is claimable now; a release by a non-owner does nothing."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        await store.release("r1", owner="B")
+        assert await store.claimable() == []
+        await store.release("r1", owner="A")
+        assert await store.claimable() == ["r1"]
+        claim = await store.claim("r1", owner="B", lease_s=60)
+        assert claim is not None
+        assert claim.run.owner == "B"
+
+
+async def test_tool_records_are_kept_per_round(make_store: MakeStore) -> None:
+    """Tool records are listed per round in recording order, replaced by call id."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        one = ToolRecord(round=1, call_id="c1", name="add", arguments='{"a":1}', result={"v": 1})
+        two = ToolRecord(round=1, call_id="c2", name="add", arguments='{"a":2}', result={"v": 2})
+        other = ToolRecord(round=2, call_id="c1", name="mul", arguments="{}", result=[1, "x"])
+        for record in (one, two, other):
+            await store.record_tool("r1", owner="A", record=record)
+        assert await store.tool_records("r1", 1) == [one, two]
+        assert await store.tool_records("r1", 2) == [other]
+        assert await store.tool_records("r1", 3) == []
+        again = ToolRecord(round=1, call_id="c1", name="add", arguments='{"a":1}', result=None)
+        await store.record_tool("r1", owner="A", record=again)
+        assert {r.call_id: r.result for r in await store.tool_records("r1", 1)} == {
+            "c1": None,
+            "c2": {"v": 2},
+        }
+
+
+async def test_finish_stores_the_result_and_ends_ownership(make_store: MakeStore) -> None:
+    """Finish appends, stores the result, releases and drops tool records; then nothing writes."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        record = ToolRecord(round=1, call_id="c1", name="add", arguments="{}", result=1)
+        await store.record_tool("r1", owner="A", record=record)
+        with pytest.raises(ValueError, match="seq"):
+            await store.finish("r1", owner="A", events=[event(1)], result={"output": "x"})
+        await store.finish(
+            "r1", owner="A", events=[event(0), event(1, kind="RunFinished")], result={"output": "x"}
+        )
+        run = await store.get("r1")
+        assert run is not None
+        assert (run.status, run.owner, run.result, run.events) == (
+            "finished",
+            None,
+            {"output": "x"},
+            2,
+        )
+        assert await store.tool_records("r1", 1) == []
+        assert await store.claimable() == []
+        assert await store.claim("r1", owner="B", lease_s=60) is None
+        with pytest.raises(LeaseLost):
+            await store.commit("r1", owner="A", events=[], checkpoint=None, lease_s=60)
+        assert [c.lost for c in await store.renew("A", ["r1"], lease_s=60)] == [True]
+        await store.request("r1", cancel="late")  # nothing happens to a finished run
+        finished = await store.get("r1")
+        assert finished is not None
+        assert finished.status == "finished"
+
+
+async def test_park_releases_the_run(make_store: MakeStore) -> None:
+    """A parked run has no owner, keeps its pending calls, and is not claimable."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        with pytest.raises(ValueError, match="seq"):
+            await store.park("r1", owner="A", events=[event(3)], checkpoint={}, pending=["c1"])
+        await store.park(
+            "r1", owner="A", events=[event(0)], checkpoint={"round": 1}, pending=["c1", "c2"]
+        )
+        run = await store.get("r1")
+        assert run is not None
+        assert (run.status, run.owner, run.pending, run.answers, run.checkpoint, run.events) == (
+            "parked",
+            None,
+            ("c1", "c2"),
+            (),
+            {"round": 1},
+            1,
+        )
+        assert await store.claimable() == []
+        assert await store.claim("r1", owner="B", lease_s=60) is None
+        with pytest.raises(LeaseLost):
+            await store.commit("r1", owner="A", events=[], checkpoint=None, lease_s=60)
+
+
+async def test_answers_make_a_parked_run_ready_once(make_store: MakeStore) -> None:
+    """Answers are checked and kept; the last one makes the run ready and claimable."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        await store.create(new_run("running"), owner="A", lease_s=60)
+        await store.park("r1", owner="A", events=[], checkpoint={}, pending=["c1", "c2"])
+        with pytest.raises(KeyError, match="c9"):
+            await store.answer("r1", Answer(call_id="c9", approved=True))
+        with pytest.raises(KeyError):
+            await store.answer("nope", Answer(call_id="c1", approved=True))
+        with pytest.raises(KeyError):
+            await store.answer("running", Answer(call_id="c1", approved=True))
+        assert await store.answer("r1", Answer(call_id="c2", approved=False, note="no")) is False
+        with pytest.raises(ValueError, match="c2"):
+            await store.answer("r1", Answer(call_id="c2", approved=True))
+        assert await store.claimable() == []
+        assert await store.answer("r1", Answer(call_id="c1", approved=True)) is True
+        run = await store.get("r1")
+        assert run is not None
+        assert run.status == "ready"
+        assert set(run.answers) == {
+            Answer(call_id="c2", approved=False, note="no"),
+            Answer(call_id="c1", approved=True, note=None),
+        }
+        assert await store.claimable() == ["r1"]
+        claim = await store.claim("r1", owner="B", lease_s=60)
+        assert claim is not None
+        assert claim.previous_owner is None
+        assert (claim.run.status, claim.run.owner, claim.run.pending) == (
+            "running",
+            "B",
+            ("c1", "c2"),
+        )
+        assert len(claim.run.answers) == 2
+
+
+async def test_requests_reach_the_owner(make_store: MakeStore) -> None:
+    """Cancel and stop requests come back in commit and renew; a parked run cancelled is ready."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        with pytest.raises(KeyError):
+            await store.request("nope", cancel="x")
+        await store.request("r1", stop=True)
+        control = await store.commit("r1", owner="A", events=[], checkpoint=None, lease_s=60)
+        assert (control.stop, control.cancel) == (True, None)
+        await store.request("r1", cancel="enough")
+        [renewed] = await store.renew("A", ["r1"], lease_s=60)
+        assert (renewed.lost, renewed.stop, renewed.cancel) == (False, True, "enough")
+        await store.create(new_run("p"), owner="A", lease_s=60)
+        await store.park("p", owner="A", events=[], checkpoint={}, pending=["c1"])
+        await store.request("p", cancel="never mind")
+        parked = await store.get("p")
+        assert parked is not None
+        assert (parked.status, parked.cancel) == ("ready", "never mind")
+        assert await store.claimable() == ["p"]
+
+
+async def test_wait_wakes_on_new_events_and_times_out(make_store: MakeStore) -> None:
+    """A follower's wait returns when another store object appends, and after its timeout."""
+    async with opened(make_store) as store, opened(make_store) as writer:
+        await store.create(new_run(), owner="A", lease_s=60)
+        with anyio.fail_after(5):
+            await store.wait("r1", seen=0, timeout_s=0.05)  # nothing new: the timeout
+        woke: list[int] = []
+
+        async def follower() -> None:
+            await store.wait("r1", seen=0, timeout_s=30)
+            woke.append(len(await store.events("r1")))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follower)
+                await anyio.sleep(0.05)
+                await writer.commit("r1", owner="A", events=[event(0)], checkpoint=None, lease_s=60)
+        assert woke == [1]
+        await writer.finish("r1", owner="A", events=[], result={})
+        with anyio.fail_after(5):
+            await store.wait("r1", seen=1, timeout_s=30)  # finished: at once
