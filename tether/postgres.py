@@ -22,7 +22,13 @@ names that tether did not create, are refused untouched.
 from __future__ import annotations
 
 from ._pg import DEFAULT_SCHEMA as DEFAULT_SCHEMA
+from ._pg_runs import PostgresRunStore as PostgresRunStore
 from ._pg_stores import PostgresConversationStore as PostgresConversationStore
 from ._pg_stores import PostgresLessonStore as PostgresLessonStore
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresConversationStore", "PostgresLessonStore"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PostgresConversationStore",
+    "PostgresLessonStore",
+    "PostgresRunStore",
+]

@@ -1,0 +1,778 @@
+"""The PostgreSQL run store: durable runs shared by many machines (DESIGN §20).
+
+:class:`PostgresRunStore` implements :class:`~tether.runtime.RunStore` (the
+module docstring of ``tether.runtime._runstore`` is the contract) on the
+plumbing the other PostgreSQL stores share (:mod:`._pg`): a connection pool
+used from worker threads (asyncio and trio alike), a versioned schema.
+
+* **Tables.** ``runs`` (one row per run: record, status, lease, checkpoint,
+  result, requests, parked calls), ``run_events`` (one row per event, keyed by
+  ``(run_id, seq)``) and ``run_tools`` (finished tool calls of unfinished runs).
+  JSON is kept as text, exactly as written (``jsonb`` would refuse ``\\u0000``).
+* **The owner check is the write.** An owner's write (commit, park, finish) is
+  one ``UPDATE runs ... WHERE owner = %s AND status = 'running' AND
+  lease_expires_at > now AND events = <first seq>`` that locks the row, then
+  the event rows, in one transaction; when it matches nothing, a ``SELECT``
+  says why (:class:`~tether.runtime.LeaseLost` or a ``seq`` ``ValueError``)
+  and nothing is written. A claim is one ``UPDATE ... WHERE`` *claimable*
+  ``RETURNING``: under READ COMMITTED a second claimer waits for the first
+  one's row lock, re-reads the row, finds a live lease and matches nothing, so
+  of any number of claimers, on any number of machines, exactly one wins.
+* **One clock.** Leases are on the server's clock
+  (``clock_timestamp()``), never the hosts': machines whose clocks disagree
+  still agree on whose lease expired.
+* **Followers are woken, not polled.** Every write that appends events or
+  changes a run's status sends ``NOTIFY`` with the run id (payloads stay far
+  below PostgreSQL's 8,000 bytes: ids only, the rows are read) on a channel of
+  the store's schema, delivered when the transaction commits. A store that
+  follows a run (:meth:`PostgresRunStore.wait`) keeps one ``LISTEN``
+  connection on a thread of its own, which wakes the waiting tasks in their
+  event loops; ``wait`` re-reads the run after each wake. If the listening
+  connection breaks, it reconnects and wakes every waiter to re-read, and a
+  waiter re-reads at the latest every ``recheck_s`` (60 s by default) in
+  any case, as a safety net, never as the way it learns of new events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import psycopg
+from psycopg import sql
+
+from tether.runtime import (
+    Answer,
+    Claim,
+    Control,
+    LeaseLost,
+    NewRun,
+    RunStoreError,
+    StoredRun,
+    ToolRecord,
+)
+from tether.runtime._runstore import JSON
+
+from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
+
+_Conn = psycopg.Connection[tuple[Any, ...]]
+
+#: The run tables' schema version (``tether_versions``, component ``runs``).
+RUNS_SCHEMA_VERSION = 1
+
+_RUNS_V1 = (
+    """
+    CREATE TABLE {schema}.runs (
+        run_id            text PRIMARY KEY,
+        ord               bigserial,
+        agent             text NOT NULL,
+        input             text NOT NULL,
+        messages          text NOT NULL,
+        parent_run_id     text,
+        created_at        double precision NOT NULL,
+        status            text NOT NULL,
+        owner             text,
+        lease_expires_at  double precision,
+        previous_owner    text,
+        checkpoint        text,
+        events            integer NOT NULL DEFAULT 0,
+        result            text,
+        cancel            text,
+        stop              boolean NOT NULL DEFAULT false,
+        pending           text NOT NULL DEFAULT '[]',
+        answers           text NOT NULL DEFAULT '[]',
+        updated_at        double precision NOT NULL
+    )
+    """,
+    "CREATE INDEX runs_claimable ON {schema}.runs (status, lease_expires_at)",
+    """
+    CREATE TABLE {schema}.run_events (
+        run_id  text NOT NULL,
+        seq     integer NOT NULL,
+        event   text NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE {schema}.run_tools (
+        run_id     text NOT NULL,
+        round      integer NOT NULL,
+        call_id    text NOT NULL,
+        name       text NOT NULL,
+        arguments  text NOT NULL,
+        result     text NOT NULL,
+        recorded   bigserial,
+        PRIMARY KEY (run_id, round, call_id)
+    )
+    """,
+)
+
+#: The server's clock, in seconds since the epoch: every lease is on it.
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+_RUN_COLUMNS = (
+    "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
+    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
+)
+
+#: How long a follower waits between re-reads when no notification comes (seconds).
+RECHECK_S = 60.0
+
+#: NOTIFY payloads are at most 8,000 bytes; a longer run id notifies "" (wake all).
+_MAX_PAYLOAD = 7_000
+
+
+def _encode(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def _decode(text: str | None) -> JSON:
+    return None if text is None else json.loads(text)
+
+
+def _run_of(row: Sequence[Any]) -> StoredRun:
+    answers = tuple(
+        Answer(call_id=a[0], approved=bool(a[1]), note=a[2]) for a in json.loads(row[16])
+    )
+    return StoredRun(
+        run_id=row[0],
+        agent=row[1],
+        input=row[2],
+        messages=json.loads(row[3]),
+        parent_run_id=row[4],
+        created_at=float(row[5]),
+        status=row[6],
+        owner=row[7],
+        lease_expires_at=None if row[8] is None else float(row[8]),
+        previous_owner=row[9],
+        checkpoint=_decode(row[10]),
+        events=int(row[11]),
+        result=_decode(row[12]),
+        cancel=row[13],
+        stop=bool(row[14]),
+        pending=tuple(json.loads(row[15])),
+        answers=answers,
+    )
+
+
+def _event_rows(run_id: str, events: Sequence[Mapping[str, JSON]]) -> list[tuple[int, str]]:
+    """The events as ``(seq, json)``, checked to follow one another (the first is checked
+    against the store in the transaction)."""
+    rows = [(int(e["seq"]), _encode(e)) for e in events]
+    for (before, _), (seq, _) in itertools.pairwise(rows):
+        if seq != before + 1:
+            raise ValueError(f"run {run_id!r}: event seq {seq} does not follow seq {before}")
+    return rows
+
+
+class PostgresRunStore(PostgresDatabase):
+    """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
+
+    ``PostgresRunStore(dsn, schema="tether")``; see the module docstring for
+    how it behaves and ``tether.runtime._runstore`` for what every method
+    guarantees. ``recheck_s`` bounds how long a follower goes without
+    re-reading the run if a notification were lost (it is woken at once
+    otherwise).
+    """
+
+    kind = "run store"
+    error = RunStoreError
+    component = "runs"
+    schema_version = RUNS_SCHEMA_VERSION
+    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1}
+    tables = frozenset({"runs", "run_events", "run_tools"})
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        max_connections: int = MAX_CONNECTIONS,
+        connect_timeout_s: float = 10.0,
+        statement_timeout_s: float = 30.0,
+        recheck_s: float = RECHECK_S,
+    ) -> None:
+        super().__init__(
+            dsn,
+            schema=schema,
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            statement_timeout_s=statement_timeout_s,
+        )
+        if not isinstance(recheck_s, int | float) or not recheck_s > 0:
+            raise ValueError(f"PostgresRunStore(recheck_s=...) must be > 0, got {recheck_s!r}")
+        self.recheck_s = float(recheck_s)
+        digest = hashlib.sha1(self.schema.encode(), usedforsecurity=False).hexdigest()[:16]
+        #: The NOTIFY channel of this schema's runs.
+        self.channel = f"tether_runs_{digest}"
+        self._listener: _Listener | None = None
+        self._listener_lock = threading.Lock()
+
+    # --- tables ----------------------------------------------------------------------
+
+    @property
+    def _runs(self) -> sql.Composed:
+        return self._t("runs")
+
+    def _notify(self, conn: _Conn, run_id: str) -> None:
+        payload = run_id if len(run_id.encode()) <= _MAX_PAYLOAD else ""
+        conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    def _insert_events(self, conn: _Conn, run_id: str, rows: list[tuple[int, str]]) -> None:
+        if not rows:
+            return
+        with conn.cursor() as cur:
+            cur.executemany(
+                sql.SQL("INSERT INTO {} (run_id, seq, event) VALUES (%s, %s, %s)").format(
+                    self._t("run_events")
+                ),
+                [(run_id, seq, text) for seq, text in rows],
+            )
+
+    def _owner_write(
+        self,
+        conn: _Conn,
+        run_id: str,
+        owner: str,
+        rows: list[tuple[int, str]],
+        assignments: str,
+        params: Sequence[Any],
+        returning: str = "",
+    ) -> tuple[Any, ...] | None:
+        """``UPDATE runs SET <assignments>`` if ``owner`` holds a live lease and the
+        first event follows the stored ones; else LeaseLost or a ValueError (why, read)."""
+        first = rows[0][0] if rows else None
+        query = sql.SQL(
+            f"UPDATE {{}} SET events = events + %s, {assignments}, updated_at = {_NOW} "
+            f"WHERE run_id = %s AND owner = %s AND status = 'running' "
+            f"AND lease_expires_at > {_NOW}"
+            + (" AND events = %s" if first is not None else "")
+            + (f" RETURNING {returning}" if returning else " RETURNING 1")
+        ).format(self._runs)
+        args = [len(rows), *params, run_id, owner] + ([first] if first is not None else [])
+        row = conn.execute(query, args).fetchone()
+        if row is None:
+            self._refuse(conn, run_id, owner, first)
+        self._insert_events(conn, run_id, rows)
+        return row
+
+    def _refuse(self, conn: _Conn, run_id: str, owner: str, first: int | None) -> None:
+        row = conn.execute(
+            sql.SQL(
+                f"SELECT events, status, owner, lease_expires_at > {_NOW} FROM {{}} "
+                "WHERE run_id = %s"
+            ).format(self._runs),
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost(f"the run store has no run {run_id!r}")
+        count, status, held_by, live = row
+        if status != "running":
+            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is {status}")
+        if held_by != owner:
+            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is owned by {held_by!r}")
+        if not live:
+            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: its lease expired")
+        raise ValueError(
+            f"run {run_id!r}: event seq {first} does not follow the {count} stored before it"
+        )
+
+    # --- records ---------------------------------------------------------------------
+
+    async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
+        messages = _encode(run.messages)
+
+        def job(conn: _Conn) -> None:
+            row = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (run_id, agent, input, messages, parent_run_id, created_at, "
+                    f"status, owner, lease_expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, "
+                    f"%s, 'running', %s, {_NOW} + %s, {_NOW}) "
+                    "ON CONFLICT (run_id) DO NOTHING RETURNING 1"
+                ).format(self._runs),
+                (
+                    run.run_id,
+                    run.agent,
+                    run.input,
+                    messages,
+                    run.parent_run_id,
+                    run.created_at,
+                    owner,
+                    lease_s,
+                ),
+            ).fetchone()
+            if row is None:
+                raise ValueError(f"the run store already has a run {run.run_id!r}")
+
+        await self._run(job)
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        def job(conn: _Conn) -> StoredRun | None:
+            row = conn.execute(
+                sql.SQL(f"SELECT {_RUN_COLUMNS} FROM {{}} WHERE run_id = %s").format(self._runs),
+                (run_id,),
+            ).fetchone()
+            return None if row is None else _run_of(row)
+
+        return await self._run(job)
+
+    # --- owner's writes --------------------------------------------------------------
+
+    async def commit(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        checkpoint: Mapping[str, JSON] | None,
+        lease_s: float,
+    ) -> Control:
+        rows = _event_rows(run_id, events)
+        state = None if checkpoint is None else _encode(checkpoint)
+
+        def job(conn: _Conn) -> Control:
+            with conn.transaction():
+                row = self._owner_write(
+                    conn,
+                    run_id,
+                    owner,
+                    rows,
+                    f"checkpoint = COALESCE(%s, checkpoint), lease_expires_at = {_NOW} + %s",
+                    (state, lease_s),
+                    returning="cancel, stop",
+                )
+                if rows:
+                    self._notify(conn, run_id)
+            assert row is not None
+            return Control(run_id=run_id, cancel=row[0], stop=bool(row[1]))
+
+        return await self._run(job)
+
+    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+        result = _encode(record.result)
+
+        def job(conn: _Conn) -> None:
+            with conn.transaction():
+                self._owner_write(conn, run_id, owner, [], "owner = owner", ())
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (run_id, round, call_id, name, arguments, result) "
+                        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id, round, call_id) "
+                        "DO UPDATE SET name = EXCLUDED.name, arguments = EXCLUDED.arguments, "
+                        "result = EXCLUDED.result, recorded = EXCLUDED.recorded"
+                    ).format(self._t("run_tools")),
+                    (run_id, record.round, record.call_id, record.name, record.arguments, result),
+                )
+
+        await self._run(job)
+
+    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+        def job(conn: _Conn) -> list[ToolRecord]:
+            return [
+                ToolRecord(
+                    round=round,
+                    call_id=row[0],
+                    name=row[1],
+                    arguments=row[2],
+                    result=_decode(row[3]),
+                )
+                for row in conn.execute(
+                    sql.SQL(
+                        "SELECT call_id, name, arguments, result FROM {} "
+                        "WHERE run_id = %s AND round = %s ORDER BY recorded"
+                    ).format(self._t("run_tools")),
+                    (run_id, round),
+                )
+            ]
+
+        return await self._run(job)
+
+    async def park(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        checkpoint: Mapping[str, JSON],
+        pending: Sequence[str],
+    ) -> None:
+        if not pending:
+            raise ValueError("park() needs the pending calls' ids (none given)")
+        rows = _event_rows(run_id, events)
+        state, calls = _encode(checkpoint), _encode(list(pending))
+
+        def job(conn: _Conn) -> None:
+            with conn.transaction():
+                self._owner_write(
+                    conn,
+                    run_id,
+                    owner,
+                    rows,
+                    "checkpoint = %s, pending = %s, answers = '[]', "
+                    "status = CASE WHEN cancel IS NULL THEN 'parked' ELSE 'ready' END, "
+                    "owner = NULL, lease_expires_at = NULL",
+                    (state, calls),
+                )
+                self._notify(conn, run_id)
+
+        await self._run(job)
+
+    async def finish(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        result: Mapping[str, JSON],
+    ) -> None:
+        rows = _event_rows(run_id, events)
+        value = _encode(result)
+
+        def job(conn: _Conn) -> None:
+            with conn.transaction():
+                self._owner_write(
+                    conn,
+                    run_id,
+                    owner,
+                    rows,
+                    "result = %s, status = 'finished', owner = NULL, lease_expires_at = NULL, "
+                    "pending = '[]'",
+                    (value,),
+                )
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE run_id = %s").format(self._t("run_tools")),
+                    (run_id,),
+                )
+                self._notify(conn, run_id)
+
+        await self._run(job)
+
+    # --- leases ----------------------------------------------------------------------
+
+    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+        ids = list(run_ids)
+        if not ids:
+            await anyio.lowlevel.checkpoint()
+            return []
+
+        def job(conn: _Conn) -> list[Control]:
+            found = {
+                row[0]: Control(run_id=row[0], cancel=row[1], stop=bool(row[2]))
+                for row in conn.execute(
+                    sql.SQL(
+                        f"UPDATE {{}} SET lease_expires_at = {_NOW} + %s WHERE run_id = ANY(%s) "
+                        f"AND owner = %s AND status = 'running' AND lease_expires_at > {_NOW} "
+                        "RETURNING run_id, cancel, stop"
+                    ).format(self._runs),
+                    (lease_s, ids, owner),
+                )
+            }
+            return [found.get(run_id) or Control(run_id=run_id, lost=True) for run_id in ids]
+
+        return await self._run(job)
+
+    async def release(self, run_id: str, *, owner: str) -> None:
+        def job(conn: _Conn) -> None:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET owner = NULL, lease_expires_at = NULL, previous_owner = %s, "
+                        f"updated_at = {_NOW} WHERE run_id = %s AND owner = %s "
+                        "AND status = 'running' RETURNING 1"
+                    ).format(self._runs),
+                    (owner, run_id, owner),
+                ).fetchone()
+                if row is not None:
+                    self._notify(conn, run_id)
+
+        await self._run(job)
+
+    async def claimable(self, *, limit: int = 100) -> list[str]:
+        def job(conn: _Conn) -> list[str]:
+            return [
+                str(row[0])
+                for row in conn.execute(
+                    sql.SQL(
+                        "SELECT run_id FROM {} WHERE status = 'ready' OR (status = 'running' "
+                        f"AND (lease_expires_at IS NULL OR lease_expires_at <= {_NOW})) "
+                        "ORDER BY created_at, ord LIMIT %s"
+                    ).format(self._runs),
+                    (limit,),
+                )
+            ]
+
+        return await self._run(job)
+
+    async def claim(self, run_id: str, *, owner: str, lease_s: float) -> Claim | None:
+        def job(conn: _Conn) -> Claim | None:
+            # One statement: a concurrent claimer waits for this row lock, then re-reads
+            # the row, finds the live lease set here and matches nothing.
+            row = conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET status = 'running', owner = %s, "
+                    f"lease_expires_at = {_NOW} + %s, previous_owner = CASE WHEN status = "
+                    "'ready' THEN NULL ELSE COALESCE(owner, previous_owner) END, "
+                    f"updated_at = {_NOW} WHERE run_id = %s AND (status = 'ready' OR "
+                    "(status = 'running' AND (lease_expires_at IS NULL OR "
+                    f"lease_expires_at <= {_NOW}))) RETURNING {_RUN_COLUMNS}"
+                ).format(self._runs),
+                (owner, lease_s, run_id),
+            ).fetchone()
+            if row is None:
+                return None
+            run = _run_of(row)
+            return Claim(run=run, previous_owner=run.previous_owner)
+
+        return await self._run(job)
+
+    # --- hosts' writes ---------------------------------------------------------------
+
+    async def answer(self, run_id: str, answer: Answer) -> bool:
+        def job(conn: _Conn) -> bool:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL(
+                        "SELECT status, pending, answers FROM {} WHERE run_id = %s FOR UPDATE"
+                    ).format(self._runs),
+                    (run_id,),
+                ).fetchone()
+                if row is None or row[0] != "parked":
+                    what = "no run" if row is None else f"a {row[0]} run, not a parked one"
+                    raise KeyError(f"the run store has {what} {run_id!r} to answer")
+                pending, answers = json.loads(row[1]), json.loads(row[2])
+                if answer.call_id not in pending:
+                    raise KeyError(
+                        f"run {run_id!r} has no pending call {answer.call_id!r} "
+                        f"(pending: {', '.join(pending) or 'none'})"
+                    )
+                if any(a[0] == answer.call_id for a in answers):
+                    raise ValueError(f"call {answer.call_id!r} was already answered")
+                answers.append([answer.call_id, answer.approved, answer.note])
+                ready = len(answers) == len(pending)
+                conn.execute(
+                    sql.SQL(
+                        f"UPDATE {{}} SET answers = %s, status = %s, updated_at = {_NOW} "
+                        "WHERE run_id = %s"
+                    ).format(self._runs),
+                    (_encode(answers), "ready" if ready else "parked", run_id),
+                )
+                if ready:
+                    self._notify(conn, run_id)
+            return ready
+
+        return await self._run(job)
+
+    async def request(self, run_id: str, *, cancel: str | None = None, stop: bool = False) -> None:
+        def job(conn: _Conn) -> None:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL("SELECT status FROM {} WHERE run_id = %s FOR UPDATE").format(
+                        self._runs
+                    ),
+                    (run_id,),
+                ).fetchone()
+                if row is None:
+                    raise KeyError(f"the run store has no run {run_id!r}")
+                if row[0] == "finished":
+                    return
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET cancel = COALESCE(cancel, %s), stop = stop OR %s, "
+                        "status = CASE WHEN status = 'parked' AND %s::text IS NOT NULL "
+                        f"THEN 'ready' ELSE status END, updated_at = {_NOW} WHERE run_id = %s"
+                    ).format(self._runs),
+                    (cancel, stop, cancel, run_id),
+                )
+                self._notify(conn, run_id)
+
+        await self._run(job)
+
+    # --- reading ---------------------------------------------------------------------
+
+    async def events(self, run_id: str, *, start: int = 0) -> list[JSON]:
+        def job(conn: _Conn) -> list[str]:
+            return [
+                str(row[0])
+                for row in conn.execute(
+                    sql.SQL(
+                        "SELECT event FROM {} WHERE run_id = %s AND seq >= %s ORDER BY seq"
+                    ).format(self._t("run_events")),
+                    (run_id, start),
+                )
+            ]
+
+        return [json.loads(text) for text in await self._run(job)]
+
+    async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
+        def news(conn: _Conn) -> bool:
+            row = conn.execute(
+                sql.SQL("SELECT events, status FROM {} WHERE run_id = %s").format(self._runs),
+                (run_id,),
+            ).fetchone()
+            return row is not None and (int(row[0]) > seen or row[1] == "finished")
+
+        with anyio.move_on_after(timeout_s):
+            listener = await self._listening()
+            with listener.watch(run_id) as wake:
+                while True:
+                    wake.arm()  # before the read: a NOTIFY after it is not missed
+                    if await self._run(news):
+                        return
+                    with anyio.move_on_after(self.recheck_s):
+                        await wake.wait()
+
+    # --- the listener ----------------------------------------------------------------
+
+    async def _listening(self) -> _Listener:
+        with self._listener_lock:
+            listener = self._listener
+            if listener is None or listener.stopped:
+                listener = self._listener = _Listener(
+                    self._dsn, self.channel, self._connect_kwargs(), self.where
+                )
+        if not listener.listening:
+            await self._run(lambda conn: None)  # the schema first (and a clear error if down)
+            await anyio.to_thread.run_sync(listener.start, abandon_on_cancel=True)
+        return listener
+
+    def close(self) -> None:
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        super().close()
+
+    async def aclose(self) -> None:
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(listener.join)
+        await super().aclose()
+
+
+class _Wake:
+    """One waiting task's doorbell: an anyio Event in its own event loop, re-armed per read."""
+
+    __slots__ = ("_event", "_token")
+
+    def __init__(self) -> None:
+        self._token = anyio.lowlevel.current_token()
+        self._event = anyio.Event()
+
+    def arm(self) -> None:
+        if self._event.is_set():
+            self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def ring_from_thread(self) -> None:
+        # The loop may have ended meanwhile: then nobody is waiting any more.
+        with contextlib.suppress(Exception):
+            anyio.from_thread.run_sync(self._event.set, token=self._token)
+
+
+class _Listener:
+    """A thread with one connection that LISTENs on a store's channel and rings waiters."""
+
+    def __init__(self, dsn: str, channel: str, kwargs: dict[str, object], where: str) -> None:
+        self._dsn = dsn
+        self._channel = channel
+        self._kwargs = kwargs
+        self._where = where
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[_Wake]] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    @contextmanager
+    def watch(self, run_id: str) -> Iterator[_Wake]:
+        wake = _Wake()
+        with self._lock:
+            self._waiters.setdefault(run_id, set()).add(wake)
+        try:
+            yield wake
+        finally:
+            with self._lock:
+                waiting = self._waiters.get(run_id)
+                if waiting is not None:
+                    waiting.discard(wake)
+                    if not waiting:
+                        del self._waiters[run_id]
+
+    def start(self) -> None:
+        """In a worker thread: start listening (once), and return when LISTEN took effect."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"tether-listen-{self._channel}", daemon=True
+                )
+                self._thread.start()
+        while not self._ready.wait(0.1):
+            if self._error is not None or self._stop.is_set():
+                raise RunStoreError(
+                    f"run store at {self._where}: could not LISTEN for run events ({self._error})"
+                ) from self._error
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _ring(self, run_id: str | None) -> None:
+        with self._lock:
+            if run_id is None or run_id == "":
+                wakes = [w for waiting in self._waiters.values() for w in waiting]
+            else:
+                wakes = list(self._waiters.get(run_id, ()))
+        for wake in wakes:
+            wake.ring_from_thread()
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._dsn, **self._kwargs) as conn:  # type: ignore[arg-type]
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    if self._ready.is_set():
+                        self._ring(None)  # reconnected: anything may have been missed
+                    self._ready.set()
+                    failures = 0
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=0.2):
+                            self._ring(note.payload)
+            except psycopg.Error as exc:
+                self._error = exc
+                failures += 1
+                if not self._ready.is_set() and failures >= 3:
+                    self._stop.set()
+                    return
+                self._stop.wait(min(5.0, 0.2 * 2**failures))
+
+
+__all__ = ["RECHECK_S", "PostgresRunStore"]
