@@ -277,6 +277,28 @@ async def test_a_run_uses_postgres_conversations_and_lessons(
         await lessons.aclose()
 
 
+async def test_synchronous_commit_is_set_per_store(
+    pg_server: PgServer, pg_schema: str, anyio_backend: str
+) -> None:
+    """Lessons commit without a WAL flush by default; conversations keep the server's setting."""
+
+    def show(conn: Any) -> str:
+        return str(conn.execute("SHOW synchronous_commit").fetchone()[0])
+
+    lessons = PostgresLessonStore(pg_server.dsn, schema=pg_schema)
+    chats = PostgresConversationStore(pg_server.dsn, schema=pg_schema)
+    flushed = PostgresLessonStore(pg_server.dsn, schema=pg_schema, synchronous_commit=True)
+    try:
+        assert await lessons._run(show) == "off"
+        assert await chats._run(show) == _query(pg_server, "SHOW synchronous_commit")[0][0]
+        assert await flushed._run(show) == "on"
+    finally:
+        for store in (lessons, chats, flushed):
+            await store.aclose()
+    with pytest.raises(TypeError, match="synchronous_commit"):
+        PostgresLessonStore("postgresql://x/y", synchronous_commit="off")  # type: ignore[arg-type]
+
+
 async def test_an_unreachable_server_is_a_clear_store_error(anyio_backend: str) -> None:
     """A server that does not answer is the store's error, naming the DSN without its password."""
     store = PostgresConversationStore(

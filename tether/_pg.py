@@ -30,6 +30,14 @@ Decisions:
   caller waits for its job to end, so no thread is left running on a
   connection nobody owns, and a started write commits or rolls back whole.
   Each statement is bounded by ``statement_timeout_s``.
+* **Durability of a commit.** ``synchronous_commit=None`` keeps the server's
+  setting (PostgreSQL's default, ``on``: a write that returned survives a
+  server crash, at the price of a WAL flush, milliseconds on a plain disk).
+  ``False`` sets ``synchronous_commit=off`` for the store's connections: a
+  *server* crash may lose the last few hundred milliseconds of writes (never
+  corrupting anything); a crash of the process using the store loses nothing
+  it committed either way. The lesson store defaults to ``False`` (as the
+  SQLite lesson store's ``synchronous=NORMAL``), the others to ``None``.
 * **Secrets.** A DSN's password never appears in a repr or an error.
 * **Lifetime.** :meth:`PostgresDatabase.aclose` closes the pool; a later call
   opens a new one, so a store may outlive a ``Runtime``.
@@ -127,6 +135,7 @@ class PostgresDatabase:
         max_connections: int = MAX_CONNECTIONS,
         connect_timeout_s: float = 10.0,
         statement_timeout_s: float = 30.0,
+        synchronous_commit: bool | None = None,
     ) -> None:
         name = type(self).__name__
         if not isinstance(dsn, str) or not dsn:
@@ -144,7 +153,12 @@ class PostgresDatabase:
         ):
             if not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{field} must be a number > 0, got {value!r}")
+        if synchronous_commit is not None and not isinstance(synchronous_commit, bool):
+            raise TypeError(
+                f"synchronous_commit must be True, False or None, got {synchronous_commit!r}"
+            )
         self._dsn = dsn
+        self.synchronous_commit = synchronous_commit
         self.max_connections = max_connections
         self.connect_timeout_s = float(connect_timeout_s)
         self.statement_timeout_s = float(statement_timeout_s)
@@ -195,11 +209,13 @@ class PostgresDatabase:
         )
 
     def _connect_kwargs(self) -> dict[str, object]:
-        timeout_ms = int(self.statement_timeout_s * 1000)
+        options = f"-c statement_timeout={int(self.statement_timeout_s * 1000)}"
+        if self.synchronous_commit is not None:
+            options += f" -c synchronous_commit={'on' if self.synchronous_commit else 'off'}"
         return {
             "autocommit": True,
             "connect_timeout": max(1, round(self.connect_timeout_s)),
-            "options": f"-c statement_timeout={timeout_ms}",
+            "options": options,
         }
 
     def _get_pool(self) -> psycopg_pool.ConnectionPool:

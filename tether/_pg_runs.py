@@ -42,7 +42,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import anyio
 import anyio.from_thread
@@ -200,6 +200,7 @@ class PostgresRunStore(PostgresDatabase):
         max_connections: int = MAX_CONNECTIONS,
         connect_timeout_s: float = 10.0,
         statement_timeout_s: float = 30.0,
+        synchronous_commit: bool | None = None,
         recheck_s: float = RECHECK_S,
     ) -> None:
         super().__init__(
@@ -208,6 +209,7 @@ class PostgresRunStore(PostgresDatabase):
             max_connections=max_connections,
             connect_timeout_s=connect_timeout_s,
             statement_timeout_s=statement_timeout_s,
+            synchronous_commit=synchronous_commit,
         )
         if not isinstance(recheck_s, int | float) or not recheck_s > 0:
             raise ValueError(f"PostgresRunStore(recheck_s=...) must be > 0, got {recheck_s!r}")
@@ -225,19 +227,9 @@ class PostgresRunStore(PostgresDatabase):
         return self._t("runs")
 
     def _notify(self, conn: _Conn, run_id: str) -> None:
+        """NOTIFY in a job's own transaction (delivered when it commits)."""
         payload = run_id if len(run_id.encode()) <= _MAX_PAYLOAD else ""
         conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
-
-    def _insert_events(self, conn: _Conn, run_id: str, rows: list[tuple[int, str]]) -> None:
-        if not rows:
-            return
-        with conn.cursor() as cur:
-            cur.executemany(
-                sql.SQL("INSERT INTO {} (run_id, seq, event) VALUES (%s, %s, %s)").format(
-                    self._t("run_events")
-                ),
-                [(run_id, seq, text) for seq, text in rows],
-            )
 
     def _owner_write(
         self,
@@ -246,27 +238,46 @@ class PostgresRunStore(PostgresDatabase):
         owner: str,
         rows: list[tuple[int, str]],
         assignments: str,
-        params: Sequence[Any],
-        returning: str = "",
-    ) -> tuple[Any, ...] | None:
-        """``UPDATE runs SET <assignments>`` if ``owner`` holds a live lease and the
-        first event follows the stored ones; else LeaseLost or a ValueError (why, read)."""
+        params: Mapping[str, Any],
+        *,
+        returning: str = "1",
+        notify: bool = False,
+        also: str = "",
+    ) -> tuple[Any, ...]:
+        """One statement, so one round trip and its own transaction: ``UPDATE runs SET
+        <assignments>`` if ``owner`` holds a live lease and the first event follows the
+        stored ones, the event rows, the NOTIFY, and ``also`` (more CTEs, run only
+        when the update matched). When it matched nothing, :meth:`_refuse` says why."""
         first = rows[0][0] if rows else None
+        notifying = ", pg_notify(%(channel)s, %(payload)s) IS NULL" if notify else ""
         query = sql.SQL(
-            f"UPDATE {{}} SET events = events + %s, {assignments}, updated_at = {_NOW} "
-            f"WHERE run_id = %s AND owner = %s AND status = 'running' "
-            f"AND lease_expires_at > {_NOW}"
-            + (" AND events = %s" if first is not None else "")
-            + (f" RETURNING {returning}" if returning else " RETURNING 1")
-        ).format(self._runs)
-        args = [len(rows), *params, run_id, owner] + ([first] if first is not None else [])
+            f"WITH up AS (UPDATE {{runs}} SET events = events + %(n)s, {assignments}, "
+            f"updated_at = {_NOW} WHERE run_id = %(run_id)s AND owner = %(owner)s "
+            f"AND status = 'running' AND lease_expires_at > {_NOW}"
+            + (" AND events = %(first)s" if first is not None else "")
+            + f" RETURNING {returning}{notifying}), "
+            "ins AS (INSERT INTO {events} (run_id, seq, event) SELECT %(run_id)s, t.seq, t.event "
+            "FROM unnest(%(seqs)s::integer[], %(texts)s::text[]) AS t(seq, event) "
+            "WHERE EXISTS (SELECT 1 FROM up))" + also + " SELECT * FROM up"
+        ).format(runs=self._runs, events=self._t("run_events"), tools=self._t("run_tools"))
+        args = {
+            **params,
+            "n": len(rows),
+            "run_id": run_id,
+            "owner": owner,
+            "first": first,
+            "seqs": [seq for seq, _ in rows],
+            "texts": [text for _, text in rows],
+            "channel": self.channel,
+            "payload": run_id if len(run_id.encode()) <= _MAX_PAYLOAD else "",
+        }
         row = conn.execute(query, args).fetchone()
         if row is None:
             self._refuse(conn, run_id, owner, first)
-        self._insert_events(conn, run_id, rows)
+        assert row is not None
         return row
 
-    def _refuse(self, conn: _Conn, run_id: str, owner: str, first: int | None) -> None:
+    def _refuse(self, conn: _Conn, run_id: str, owner: str, first: int | None) -> NoReturn:
         row = conn.execute(
             sql.SQL(
                 f"SELECT events, status, owner, lease_expires_at > {_NOW} FROM {{}} "
@@ -341,19 +352,17 @@ class PostgresRunStore(PostgresDatabase):
         state = None if checkpoint is None else _encode(checkpoint)
 
         def job(conn: _Conn) -> Control:
-            with conn.transaction():
-                row = self._owner_write(
-                    conn,
-                    run_id,
-                    owner,
-                    rows,
-                    f"checkpoint = COALESCE(%s, checkpoint), lease_expires_at = {_NOW} + %s",
-                    (state, lease_s),
-                    returning="cancel, stop",
-                )
-                if rows:
-                    self._notify(conn, run_id)
-            assert row is not None
+            row = self._owner_write(
+                conn,
+                run_id,
+                owner,
+                rows,
+                "checkpoint = COALESCE(%(state)s, checkpoint), "
+                f"lease_expires_at = {_NOW} + %(lease)s",
+                {"state": state, "lease": lease_s},
+                returning="cancel, stop",
+                notify=bool(rows),
+            )
             return Control(run_id=run_id, cancel=row[0], stop=bool(row[1]))
 
         return await self._run(job)
@@ -362,17 +371,28 @@ class PostgresRunStore(PostgresDatabase):
         result = _encode(record.result)
 
         def job(conn: _Conn) -> None:
-            with conn.transaction():
-                self._owner_write(conn, run_id, owner, [], "owner = owner", ())
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (run_id, round, call_id, name, arguments, result) "
-                        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id, round, call_id) "
-                        "DO UPDATE SET name = EXCLUDED.name, arguments = EXCLUDED.arguments, "
-                        "result = EXCLUDED.result, recorded = EXCLUDED.recorded"
-                    ).format(self._t("run_tools")),
-                    (run_id, record.round, record.call_id, record.name, record.arguments, result),
-                )
+            self._owner_write(
+                conn,
+                run_id,
+                owner,
+                [],
+                "owner = owner",
+                {
+                    "round": record.round,
+                    "call_id": record.call_id,
+                    "name": record.name,
+                    "arguments": record.arguments,
+                    "result": result,
+                },
+                also=(
+                    ", tool AS (INSERT INTO {tools} (run_id, round, call_id, name, arguments, "
+                    "result) SELECT %(run_id)s, %(round)s, %(call_id)s, %(name)s, %(arguments)s, "
+                    "%(result)s WHERE EXISTS (SELECT 1 FROM up) "
+                    "ON CONFLICT (run_id, round, call_id) DO UPDATE SET name = EXCLUDED.name, "
+                    "arguments = EXCLUDED.arguments, result = EXCLUDED.result, "
+                    "recorded = EXCLUDED.recorded)"
+                ),
+            )
 
         await self._run(job)
 
@@ -412,18 +432,17 @@ class PostgresRunStore(PostgresDatabase):
         state, calls = _encode(checkpoint), _encode(list(pending))
 
         def job(conn: _Conn) -> None:
-            with conn.transaction():
-                self._owner_write(
-                    conn,
-                    run_id,
-                    owner,
-                    rows,
-                    "checkpoint = %s, pending = %s, answers = '[]', "
-                    "status = CASE WHEN cancel IS NULL THEN 'parked' ELSE 'ready' END, "
-                    "owner = NULL, lease_expires_at = NULL",
-                    (state, calls),
-                )
-                self._notify(conn, run_id)
+            self._owner_write(
+                conn,
+                run_id,
+                owner,
+                rows,
+                "checkpoint = %(state)s, pending = %(calls)s, answers = '[]', "
+                "status = CASE WHEN cancel IS NULL THEN 'parked' ELSE 'ready' END, "
+                "owner = NULL, lease_expires_at = NULL",
+                {"state": state, "calls": calls},
+                notify=True,
+            )
 
         await self._run(job)
 
@@ -439,21 +458,20 @@ class PostgresRunStore(PostgresDatabase):
         value = _encode(result)
 
         def job(conn: _Conn) -> None:
-            with conn.transaction():
-                self._owner_write(
-                    conn,
-                    run_id,
-                    owner,
-                    rows,
-                    "result = %s, status = 'finished', owner = NULL, lease_expires_at = NULL, "
-                    "pending = '[]'",
-                    (value,),
-                )
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE run_id = %s").format(self._t("run_tools")),
-                    (run_id,),
-                )
-                self._notify(conn, run_id)
+            self._owner_write(
+                conn,
+                run_id,
+                owner,
+                rows,
+                "result = %(result)s, status = 'finished', owner = NULL, "
+                "lease_expires_at = NULL, pending = '[]'",
+                {"result": value},
+                notify=True,
+                also=(
+                    ", gone AS (DELETE FROM {tools} WHERE run_id = %(run_id)s "
+                    "AND EXISTS (SELECT 1 FROM up))"
+                ),
+            )
 
         await self._run(job)
 

@@ -176,6 +176,7 @@ class PostgresLessonStore(PostgresDatabase):
         max_connections: int = MAX_CONNECTIONS,
         connect_timeout_s: float = 10.0,
         statement_timeout_s: float = 30.0,
+        synchronous_commit: bool | None = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
@@ -184,6 +185,7 @@ class PostgresLessonStore(PostgresDatabase):
             max_connections=max_connections,
             connect_timeout_s=connect_timeout_s,
             statement_timeout_s=statement_timeout_s,
+            synchronous_commit=synchronous_commit,
         )
         self._clock = clock
 
