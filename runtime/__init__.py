@@ -49,6 +49,7 @@ from ._runtime import RuntimeClosed as RuntimeClosed
 from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import combine as combine
+from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 from ._state import RunView as RunView
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "RuntimeClosed",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
+    "SQLiteRunStore",
     "StoredRun",
     "Termination",
     "ToolRecord",

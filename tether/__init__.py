@@ -39,6 +39,7 @@ from tether.runtime import RunStoreError as RunStoreError
 from tether.runtime import Runtime as Runtime
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
+from tether.runtime import SQLiteRunStore as SQLiteRunStore
 from tether.runtime import Termination as Termination
 from tether.runtime import TruncateOldest as TruncateOldest
 from tether.runtime import Usage as Usage
@@ -75,6 +76,7 @@ __all__ = [
     "Runtime",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
+    "SQLiteRunStore",
     "Termination",
     "TetherError",
     "ToolError",

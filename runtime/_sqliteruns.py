@@ -1,0 +1,562 @@
+"""The embedded run store: durable runs in one SQLite file (DESIGN §20).
+
+:class:`SQLiteRunStore` implements :class:`~._runstore.RunStore` (its module
+docstring is the contract) on the plumbing the lesson and conversation stores
+share (:mod:`._sqlite`): worker threads, WAL, a versioned schema, a foreign
+file refused untouched, many processes on one machine.
+
+Three tables: ``runs`` (one row per run: record, status, lease, checkpoint,
+result, requests, parked calls), ``run_events`` (one row per event, keyed by
+``(run_id, seq)``) and ``run_tools`` (the finished tool calls of rounds not
+yet checkpointed past). Every method is one job in a worker thread, and every
+method that writes is one ``BEGIN IMMEDIATE`` transaction: SQLite lets one
+writer in at a time across all processes, so the owner check, the ``seq``
+check and the writes of a method happen with nobody in between. That is what
+makes a claim a compare-and-set: of concurrent claimers, the first to get the
+write lock takes the run, and the others then see a live lease.
+
+Leases are on the wall clock (``time.time()``) of the processes sharing the
+file, which is one machine's. Followers (:meth:`SQLiteRunStore.wait`) poll the
+file every ``poll_s`` (50 ms by default): SQLite has no way to wake a reader in
+another process.
+
+``synchronous=NORMAL`` with WAL: a process killed at any point loses no
+committed write; a power cut may lose the last commits, never corrupt the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from ._runstore import (
+    JSON,
+    Answer,
+    Claim,
+    Control,
+    LeaseLost,
+    NewRun,
+    RunStoreError,
+    StoredRun,
+    ToolRecord,
+)
+from ._sqlite import SQLiteFile
+
+#: The schema version this code writes (``PRAGMA user_version``).
+SCHEMA_VERSION = 1
+
+_SCHEMA_V1 = (
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id            TEXT PRIMARY KEY,
+        agent             TEXT NOT NULL,
+        input             TEXT NOT NULL,
+        messages          TEXT NOT NULL,
+        parent_run_id     TEXT,
+        created_at        REAL NOT NULL,
+        status            TEXT NOT NULL,
+        owner             TEXT,
+        lease_expires_at  REAL,
+        previous_owner    TEXT,
+        checkpoint        TEXT,
+        events            INTEGER NOT NULL DEFAULT 0,
+        result            TEXT,
+        cancel            TEXT,
+        stop              INTEGER NOT NULL DEFAULT 0,
+        pending           TEXT NOT NULL DEFAULT '[]',
+        answers           TEXT NOT NULL DEFAULT '[]',
+        updated_at        REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS runs_claimable ON runs (status, lease_expires_at)",
+    """
+    CREATE TABLE IF NOT EXISTS run_events (
+        run_id  TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        event   TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS run_tools (
+        run_id     TEXT NOT NULL,
+        round      INTEGER NOT NULL,
+        call_id    TEXT NOT NULL,
+        name       TEXT NOT NULL,
+        arguments  TEXT NOT NULL,
+        result     TEXT NOT NULL,
+        recorded   INTEGER NOT NULL,
+        PRIMARY KEY (run_id, round, call_id)
+    ) WITHOUT ROWID
+    """,
+)
+
+#: ``PRAGMA application_id`` of the run store files tether creates ("TthR").
+APPLICATION_ID = 0x54746852
+
+_COLUMNS = (
+    "run_id",
+    "agent",
+    "input",
+    "messages",
+    "status",
+    "owner",
+    "lease_expires_at",
+    "checkpoint",
+    "events",
+    "result",
+)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
+
+_RUN_COLUMNS = (
+    "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
+    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
+)
+
+#: How often :meth:`SQLiteRunStore.wait` looks at the file, by default (seconds).
+POLL_S = 0.05
+
+
+def _encode(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def _decode(text: str | None) -> JSON:
+    return None if text is None else json.loads(text)
+
+
+def _run_of(row: Sequence[Any]) -> StoredRun:
+    answers = tuple(
+        Answer(call_id=a[0], approved=bool(a[1]), note=a[2]) for a in json.loads(row[16])
+    )
+    return StoredRun(
+        run_id=row[0],
+        agent=row[1],
+        input=row[2],
+        messages=json.loads(row[3]),
+        parent_run_id=row[4],
+        created_at=float(row[5]),
+        status=row[6],
+        owner=row[7],
+        lease_expires_at=None if row[8] is None else float(row[8]),
+        previous_owner=row[9],
+        checkpoint=_decode(row[10]),
+        events=int(row[11]),
+        result=_decode(row[12]),
+        cancel=row[13],
+        stop=bool(row[14]),
+        pending=tuple(json.loads(row[15])),
+        answers=answers,
+    )
+
+
+class _Transaction:
+    """``with _Transaction(conn):`` — ``BEGIN IMMEDIATE``, then commit, or roll back."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn.execute("BEGIN IMMEDIATE")
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._conn.execute("COMMIT")
+        elif self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+
+class SQLiteRunStore(SQLiteFile):
+    """The embedded run store: one SQLite file, many processes on one machine.
+
+    See the module docstring for how it behaves, and :mod:`._runstore` for
+    what every method guarantees. ``poll_s`` is how often a follower looks
+    for new events of a run another process writes.
+    """
+
+    kind = "run store"
+    in_memory = "a temporary file (tmp_path / 'runs.db')"
+    error = RunStoreError
+    schema_version = SCHEMA_VERSION
+    migrations = _MIGRATIONS
+    objects = frozenset({"runs", "runs_claimable", "run_events", "run_tools"})
+    application_id = APPLICATION_ID
+    table = "runs"
+    columns = _COLUMNS
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0, poll_s: float = POLL_S
+    ) -> None:
+        super().__init__(path, busy_timeout_s=busy_timeout_s)
+        if not poll_s > 0:
+            raise ValueError(f"SQLiteRunStore(poll_s=...) must be > 0, got {poll_s!r}")
+        self.poll_s = float(poll_s)
+
+    # ------------------------------------------------------------------ records
+
+    async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
+        messages = _encode(run.messages)
+
+        def job(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            with _Transaction(conn):
+                if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
+                    raise ValueError(f"the run store already has a run {run.run_id!r}")
+                conn.execute(
+                    "INSERT INTO runs (run_id, agent, input, messages, parent_run_id, created_at, "
+                    "status, owner, lease_expires_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                    (
+                        run.run_id,
+                        run.agent,
+                        run.input,
+                        messages,
+                        run.parent_run_id,
+                        run.created_at,
+                        owner,
+                        now + lease_s,
+                        now,
+                    ),
+                )
+
+        await self._run(job)
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        def job(conn: sqlite3.Connection) -> StoredRun | None:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return None if row is None else _run_of(row)
+
+        return await self._run(job)
+
+    # ------------------------------------------------------------ owner's writes
+
+    async def commit(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        checkpoint: Mapping[str, JSON] | None,
+        lease_s: float,
+    ) -> Control:
+        rows = [(int(e["seq"]), _encode(e)) for e in events]
+        state = None if checkpoint is None else _encode(checkpoint)
+
+        def job(conn: sqlite3.Connection) -> Control:
+            now = time.time()
+            with _Transaction(conn):
+                count = _owned(conn, run_id, owner, now)
+                _append(conn, run_id, count, rows)
+                conn.execute(
+                    "UPDATE runs SET events = ?, checkpoint = COALESCE(?, checkpoint), "
+                    "lease_expires_at = ?, updated_at = ? WHERE run_id = ?",
+                    (count + len(rows), state, now + lease_s, now, run_id),
+                )
+                cancel, stop = conn.execute(
+                    "SELECT cancel, stop FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+            return Control(run_id=run_id, cancel=cancel, stop=bool(stop))
+
+        return await self._run(job)
+
+    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+        result = _encode(record.result)
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _Transaction(conn):
+                _owned(conn, run_id, owner, time.time())
+                (order,) = conn.execute(
+                    "SELECT COALESCE(MAX(recorded), 0) + 1 FROM run_tools WHERE run_id = ?",
+                    (run_id,),
+                ).fetchone()
+                conn.execute(
+                    "INSERT OR REPLACE INTO run_tools "
+                    "(run_id, round, call_id, name, arguments, result, recorded) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        record.round,
+                        record.call_id,
+                        record.name,
+                        record.arguments,
+                        result,
+                        order,
+                    ),
+                )
+
+        await self._run(job)
+
+    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+        def job(conn: sqlite3.Connection) -> list[ToolRecord]:
+            return [
+                ToolRecord(
+                    round=round,
+                    call_id=row[0],
+                    name=row[1],
+                    arguments=row[2],
+                    result=_decode(row[3]),
+                )
+                for row in conn.execute(
+                    "SELECT call_id, name, arguments, result FROM run_tools "
+                    "WHERE run_id = ? AND round = ? ORDER BY recorded",
+                    (run_id, round),
+                )
+            ]
+
+        return await self._run(job)
+
+    async def park(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        checkpoint: Mapping[str, JSON],
+        pending: Sequence[str],
+    ) -> None:
+        if not pending:
+            raise ValueError("park() needs the pending calls' ids (none given)")
+        rows = [(int(e["seq"]), _encode(e)) for e in events]
+        state, calls = _encode(checkpoint), _encode(list(pending))
+
+        def job(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            with _Transaction(conn):
+                count = _owned(conn, run_id, owner, now)
+                _append(conn, run_id, count, rows)
+                conn.execute(
+                    "UPDATE runs SET events = ?, checkpoint = ?, pending = ?, answers = '[]', "
+                    "status = CASE WHEN cancel IS NULL THEN 'parked' ELSE 'ready' END, "
+                    "owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE run_id = ?",
+                    (count + len(rows), state, calls, now, run_id),
+                )
+
+        await self._run(job)
+
+    async def finish(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, JSON]],
+        result: Mapping[str, JSON],
+    ) -> None:
+        rows = [(int(e["seq"]), _encode(e)) for e in events]
+        value = _encode(result)
+
+        def job(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            with _Transaction(conn):
+                count = _owned(conn, run_id, owner, now)
+                _append(conn, run_id, count, rows)
+                conn.execute(
+                    "UPDATE runs SET events = ?, result = ?, status = 'finished', owner = NULL, "
+                    "lease_expires_at = NULL, pending = '[]', updated_at = ? WHERE run_id = ?",
+                    (count + len(rows), value, now, run_id),
+                )
+                conn.execute("DELETE FROM run_tools WHERE run_id = ?", (run_id,))
+
+        await self._run(job)
+
+    # ------------------------------------------------------------------ leases
+
+    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+        ids = list(run_ids)
+        if not ids:
+            await anyio.lowlevel.checkpoint()
+            return []
+
+        def job(conn: sqlite3.Connection) -> list[Control]:
+            now = time.time()
+            controls = []
+            with _Transaction(conn):
+                for run_id in ids:
+                    row = conn.execute(
+                        "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? "
+                        "AND status = 'running' AND lease_expires_at > ? RETURNING cancel, stop",
+                        (now + lease_s, run_id, owner, now),
+                    ).fetchone()
+                    if row is None:
+                        controls.append(Control(run_id=run_id, lost=True))
+                    else:
+                        controls.append(Control(run_id=run_id, cancel=row[0], stop=bool(row[1])))
+            return controls
+
+        return await self._run(job)
+
+    async def release(self, run_id: str, *, owner: str) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE runs SET owner = NULL, lease_expires_at = NULL, previous_owner = ?, "
+                "updated_at = ? WHERE run_id = ? AND owner = ? AND status = 'running'",
+                (owner, time.time(), run_id, owner),
+            )
+
+        await self._run(job)
+
+    async def claimable(self, *, limit: int = 100) -> list[str]:
+        def job(conn: sqlite3.Connection) -> list[str]:
+            now = time.time()
+            return [
+                str(row[0])
+                for row in conn.execute(
+                    "SELECT run_id FROM runs WHERE status = 'ready' OR (status = 'running' "
+                    "AND (lease_expires_at IS NULL OR lease_expires_at <= ?)) "
+                    "ORDER BY created_at, rowid LIMIT ?",
+                    (now, limit),
+                )
+            ]
+
+        return await self._run(job)
+
+    async def claim(self, run_id: str, *, owner: str, lease_s: float) -> Claim | None:
+        def job(conn: sqlite3.Connection) -> Claim | None:
+            now = time.time()
+            with _Transaction(conn):
+                row = conn.execute(
+                    "SELECT status, owner, lease_expires_at, previous_owner FROM runs "
+                    "WHERE run_id = ?",
+                    (run_id,),
+                ).fetchone()
+                if row is None:
+                    return None
+                status, held_by, expires, released_by = row
+                if status == "ready":
+                    previous = None
+                elif status == "running" and (expires is None or expires <= now):
+                    previous = held_by if held_by is not None else released_by
+                else:
+                    return None
+                conn.execute(
+                    "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?, "
+                    "previous_owner = ?, updated_at = ? WHERE run_id = ?",
+                    (owner, now + lease_s, previous, now, run_id),
+                )
+                claimed = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+            return Claim(run=_run_of(claimed), previous_owner=previous)
+
+        return await self._run(job)
+
+    # ------------------------------------------------------------ hosts' writes
+
+    async def answer(self, run_id: str, answer: Answer) -> bool:
+        def job(conn: sqlite3.Connection) -> bool:
+            with _Transaction(conn):
+                row = conn.execute(
+                    "SELECT status, pending, answers FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is None or row[0] != "parked":
+                    what = "no run" if row is None else f"a {row[0]} run, not a parked one"
+                    raise KeyError(f"the run store has {what} {run_id!r} to answer")
+                pending, answers = json.loads(row[1]), json.loads(row[2])
+                if answer.call_id not in pending:
+                    raise KeyError(
+                        f"run {run_id!r} has no pending call {answer.call_id!r} "
+                        f"(pending: {', '.join(pending) or 'none'})"
+                    )
+                if any(a[0] == answer.call_id for a in answers):
+                    raise ValueError(f"call {answer.call_id!r} was already answered")
+                answers.append([answer.call_id, answer.approved, answer.note])
+                ready = len(answers) == len(pending)
+                conn.execute(
+                    "UPDATE runs SET answers = ?, status = ?, updated_at = ? WHERE run_id = ?",
+                    (_encode(answers), "ready" if ready else "parked", time.time(), run_id),
+                )
+            return ready
+
+        return await self._run(job)
+
+    async def request(self, run_id: str, *, cancel: str | None = None, stop: bool = False) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            with _Transaction(conn):
+                row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise KeyError(f"the run store has no run {run_id!r}")
+                if row[0] == "finished":
+                    return
+                conn.execute(
+                    "UPDATE runs SET cancel = COALESCE(cancel, ?), stop = MAX(stop, ?), "
+                    "status = CASE WHEN status = 'parked' AND ? IS NOT NULL THEN 'ready' "
+                    "ELSE status END, updated_at = ? WHERE run_id = ?",
+                    (cancel, int(stop), cancel, time.time(), run_id),
+                )
+
+        await self._run(job)
+
+    # ----------------------------------------------------------------- reading
+
+    async def events(self, run_id: str, *, start: int = 0) -> list[JSON]:
+        def job(conn: sqlite3.Connection) -> list[str]:
+            return [
+                str(row[0])
+                for row in conn.execute(
+                    "SELECT event FROM run_events WHERE run_id = ? AND seq >= ? ORDER BY seq",
+                    (run_id, start),
+                )
+            ]
+
+        return [json.loads(text) for text in await self._run(job)]
+
+    async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
+        def job(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT events, status FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return row is not None and (int(row[0]) > seen or row[1] == "finished")
+
+        with anyio.move_on_after(timeout_s):
+            while True:
+                if await self._run(job):
+                    return
+                await anyio.sleep(self.poll_s)  # polled: see the module docstring
+
+
+def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float) -> int:
+    """The run's event count, if ``owner`` holds a live lease on it; else :class:`LeaseLost`."""
+    row = conn.execute(
+        "SELECT events, status, owner, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    if row is None:
+        raise LeaseLost(f"the run store has no run {run_id!r}")
+    count, status, held_by, expires = row
+    if status != "running" or held_by != owner or expires is None or expires <= now:
+        why = (
+            f"it is {status}"
+            if status != "running"
+            else f"it is owned by {held_by!r}"
+            if held_by != owner
+            else "its lease expired"
+        )
+        raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
+    return int(count)
+
+
+def _append(conn: sqlite3.Connection, run_id: str, count: int, rows: list[tuple[int, str]]) -> None:
+    """Insert ``rows`` as events ``count, count + 1, ...``; a ``ValueError`` otherwise."""
+    for i, (seq, _) in enumerate(rows):
+        if seq != count + i:
+            raise ValueError(
+                f"run {run_id!r}: event seq {seq} does not follow the {count + i} stored before it"
+            )
+    conn.executemany(
+        "INSERT INTO run_events (run_id, seq, event) VALUES (?, ?, ?)",
+        [(run_id, seq, text) for seq, text in rows],
+    )
+
+
+__all__ = ["POLL_S", "SCHEMA_VERSION", "SQLiteRunStore"]
