@@ -299,6 +299,20 @@ DELTA_TYPES = (TextDelta, ToolCallDelta)
 
 
 @attrs.frozen(kw_only=True)
+class RunResumed(Event):
+    """The seam of a durable run resumed by another owner (DESIGN §20).
+
+    The events before it are the stored ones, up to the last checkpoint; the
+    run goes on from round ``from_round`` + 1 (the round in flight at the crash
+    is done again).
+    """
+
+    from_round: int
+    #: The owner whose lease expired (``None``: a parked run answered, or released).
+    previous_owner: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RunFinished(Event):
     termination: Termination
     usage: Usage
@@ -336,6 +350,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConversationAppended,
         ConversationFailed,
         ContextBounded,
+        RunResumed,
         RunFinished,
         TextDelta,
         ToolCallDelta,

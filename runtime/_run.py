@@ -70,6 +70,7 @@ from ._trail import EventStream, Trail
 from ._transcript import Transcript
 
 if TYPE_CHECKING:
+    from ._durable import Durable
     from ._services import RuntimeServices
 
 #: The user message that asks a model cut off by ``max_tokens`` to go on.
@@ -89,6 +90,7 @@ class Run:
         "_cancel_reason",
         "_decision",
         "_done",
+        "_durable",
         "_first",
         "_forced",
         "_judge",
@@ -125,8 +127,9 @@ class Run:
         first: Message | None = None,
         extras: RunExtras = NO_EXTRAS,
         transcript: Transcript | None = None,
+        durable: Durable | None = None,
     ) -> None:
-        self.id = run_id
+        self.id, self._durable = run_id, durable  # with a run store (_durable.py), or None
         self.agent = agent
         self.input, self._first = input, first  # text form; the parts' message (_input.py)
         self._services = services
@@ -239,20 +242,23 @@ class Run:
                 self._decision = await self._transcript.finish(self._decision)
             if self.result is None:
                 self._conclude(scope.cancelled_caught)
+            if self._durable is not None:
+                await self._durable.finish(self)
 
     async def _execute(self, scope: anyio.CancelScope) -> None:
         """Run the loop in the run's task group; it sets ``_decision`` unless cancelled."""
         agent, trail = self.agent, self.trail
-        trail.add(
-            ev.RunStarted(
-                **trail.head(),
-                agent=agent.name,
-                input=self.input,
-                parent_run_id=self.state.parent_run_id,
-                provider=getattr(agent.provider, "name", None),
-                model=getattr(agent.provider, "model", None),
+        if not trail:  # a resumed run's trail has it already
+            trail.add(
+                ev.RunStarted(
+                    **trail.head(),
+                    agent=agent.name,
+                    input=self.input,
+                    parent_run_id=self.state.parent_run_id,
+                    provider=getattr(agent.provider, "name", None),
+                    model=getattr(agent.provider, "model", None),
+                )
             )
-        )
         self._started = anyio.current_time()
         if agent.limits.timeout_s is not None:
             scope.deadline = self._started + agent.limits.timeout_s
@@ -401,6 +407,25 @@ class Run:
     # -------------------------------------------------------------- the loop
 
     async def _loop(self) -> Decision:
+        durable, state, trail = self._durable, self.state, self.trail
+        prepared = self.prepare() if durable is None else durable.prepare(self)
+        if (failed := await prepared) is not None:
+            return failed
+        ceiling = self.accounts.before_call()
+        if ceiling is not None:
+            return Decision.end(ceiling)
+        while True:
+            state.round = trail.round = state.round + 1
+            decision = await self._round()
+            with trail.stage("decide"):
+                decision = await self._decide(decision)
+            if durable is not None:
+                await durable.boundary(self, decision)
+            if decision.termination is not None:
+                return decision
+
+    async def prepare(self) -> Decision | None:
+        """Preparation (DESIGN §3): ``None``, or the decision that ends the run before round 1."""
         state, trail, policies = self.state, self.trail, self.policies
         with trail.stage("input"):
             verdict = await policies.check(PolicyPoint.INPUT, self.input)
@@ -415,16 +440,7 @@ class Run:
             tools = self._tools = choose_tools(self.agent)
             state.discovery = tools.discovery
         state.messages.append(self._first or user_message(self.input))
-        ceiling = self.accounts.before_call()
-        if ceiling is not None:
-            return Decision.end(ceiling)
-        while True:
-            state.round = trail.round = state.round + 1
-            decision = await self._round()
-            with trail.stage("decide"):
-                decision = await self._decide(decision)
-            if decision.termination is not None:
-                return decision
+        return None
 
     async def _round(self) -> Decision:
         state, trail = self.state, self.trail
@@ -533,6 +549,7 @@ class Run:
             run_child=self._run_child,
             per_run=self.per_run,
             output=self.agent.typed_output,
+            recorder=self._durable,
         )
         self.trail.enter("execute")
         try:
@@ -545,20 +562,7 @@ class Run:
 
     async def _run_child(self, agent: object, task: str) -> ToolOutput:
         """Run ``agent`` on ``task`` as a child of this run (``ToolContext.run_child``)."""
-        if not isinstance(agent, Agent):
-            raise TypeError(f"run_child() wants a tether.Agent, got {type(agent).__name__}")
-        tokens, cost = self.accounts.remaining()
-        limits = attrs.evolve(
-            agent.limits,
-            max_total_tokens=least((agent.limits.max_total_tokens, tokens)),
-            max_cost_usd=least((agent.limits.max_cost_usd, cost)),
-        )
-        services, extras = self._services, prepare(agent, None, self.per_run.deps)
-        child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
-        child = Run(services, child_agent, task, services.new_run_id(), self.id, extras=extras)
-        await child.main(admit=False)
-        assert child.result is not None
-        return _child_output(agent.name, child.result)
+        return await _run_child(self, self._services, agent, task)
 
     # ---------------------------------------------------------------- judge
 
@@ -578,6 +582,26 @@ class Run:
         state.usage.quality_retries += 1
         add_user_text(state.messages, _feedback_prompt(judged))
         return Decision("retry", "judgement_failed")
+
+
+async def _run_child(
+    parent: Run, services: RuntimeServices, agent: object, task: str
+) -> ToolOutput:
+    """A child run of ``parent`` (see :meth:`Run._run_child`), inside the calling tool."""
+    if not isinstance(agent, Agent):
+        raise TypeError(f"run_child() wants a tether.Agent, got {type(agent).__name__}")
+    tokens, cost = parent.accounts.remaining()
+    limits = attrs.evolve(
+        agent.limits,
+        max_total_tokens=least((agent.limits.max_total_tokens, tokens)),
+        max_cost_usd=least((agent.limits.max_cost_usd, cost)),
+    )
+    extras = prepare(agent, None, parent.per_run.deps)
+    child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
+    child = Run(services, child_agent, task, services.new_run_id(), parent.id, extras=extras)
+    await child.main(admit=False)
+    assert child.result is not None
+    return _child_output(agent.name, child.result)
 
 
 def _continue_text(

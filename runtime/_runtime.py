@@ -17,14 +17,18 @@ from tether.providers import Message, ModelSettings, TetherError
 from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
+from ._durable import restore
 from ._history import check_history
 from ._input import RunInput, parts_input
+from ._keeper import Keeper
 from ._limits import Limits
 from ._perrun import prepare
 from ._result import RunResult
 from ._run import Run
+from ._runstore import RunStore
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
+from ._storedhandle import StoredEventStream, StoredRun
 from ._trail import EventStream, LiveEventStream, TextStream
 from ._transcript import Chat, Transcript, Turns
 
@@ -139,6 +143,69 @@ class RunHandle(Generic[OutputT]):
         return f"<RunHandle {self._run.id} {state}>"
 
 
+class StoredRunHandle(RunHandle[Any]):
+    """A handle on a run kept in the run store and not in flight here (``rt.handle(id)``).
+
+    ``events()`` replays the stored trail, then follows the owner's commits
+    (round by round); ``result()`` waits for the stored result; ``cancel()``
+    and ``stop()`` are requests the owner picks up through the store. Live
+    text (``stream_text()``, ``events(deltas=True)``) is only for a run in
+    flight in this process.
+    """
+
+    __slots__ = ("_stored",)
+
+    def __init__(self, stored: StoredRun) -> None:
+        self._stored = stored
+
+    @property
+    def run_id(self) -> str:
+        return self._stored.run_id
+
+    @property
+    def done(self) -> bool:
+        return self._stored.result is not None
+
+    def events(self, *, deltas: bool = False) -> StoredEventStream:  # type: ignore[override]
+        """The stored events from the first, then the owner's as it commits them."""
+        if deltas:
+            raise ValueError(
+                f"run {self.run_id!r} is not in flight in this Runtime: its live deltas are "
+                "not stored; use events() without deltas"
+            )
+        return StoredEventStream(self._stored.store, self.run_id)
+
+    def stream_text(self) -> TextStream:
+        raise ValueError(
+            f"run {self.run_id!r} is not in flight in this Runtime: its live text is not "
+            "stored; read its events() or its result()"
+        )
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Ask the run's owner, through the store, to cancel it."""
+        self._stored.request(cancel=reason or "cancelled")
+
+    def stop(self) -> None:
+        """Ask the run's owner, through the store, to stop it after the current round."""
+        self._stored.request(stop=True)
+
+    def approve(self, call_id: str) -> None:
+        raise ValueError(f"use 'await rt.approve({self.run_id!r}, {call_id!r})' for a stored run")
+
+    def reject(self, call_id: str, reason: str = "rejected") -> None:
+        raise ValueError(f"use 'await rt.reject({self.run_id!r}, {call_id!r})' for a stored run")
+
+    def pending_approvals(self) -> list[PendingApproval]:
+        raise ValueError(f"use 'await rt.pending_approvals({self.run_id!r})' for a stored run")
+
+    async def result(self) -> RunResult[Any]:
+        return await self._stored.wait_result()
+
+    def __repr__(self) -> str:
+        state = self._stored.result.termination.value if self._stored.result else "stored"
+        return f"<RunHandle {self.run_id} {state}>"
+
+
 class Runtime:
     """The root supervisor: one task group for all runs, shared gates and HTTP clients.
 
@@ -152,6 +219,11 @@ class Runtime:
     ``provider_concurrency`` caps requests in flight per provider endpoint.
     ``conversations`` is the store of ``start(..., conversation=ID)``; the
     Runtime closes its connections on exit (a store reopens them when used again).
+
+    ``store`` makes runs durable (DESIGN §20, :mod:`._keeper`): recorded,
+    checkpointed at every round boundary, owned through a lease of ``lease_s``
+    seconds that the Runtime renews; ``agents`` are the agents it can resume
+    by name; ``resume=True`` claims and continues runs whose owner died.
     """
 
     def __init__(
@@ -165,7 +237,12 @@ class Runtime:
         sink_backlog: int = 10_000,
         limits: Limits | None = None,
         conversations: ConversationStore | None = None,
+        store: RunStore | None = None,
+        agents: Sequence[Agent[Any, Any]] = (),
+        lease_s: float = 30.0,
+        resume: bool = False,
     ) -> None:
+        self._keeper = _keeper(store, agents, lease_s, resume)
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
             ("provider_concurrency", provider_concurrency),
@@ -232,6 +309,8 @@ class Runtime:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        if self._keeper is not None:
+            tg.start_soon(self._keeper.keep, self.resume, name="tether-run-store-keeper")
         return self
 
     async def __aexit__(
@@ -249,6 +328,8 @@ class Runtime:
                     await self._wait_all()
             for run in list(self._runs.values()):
                 run.cancel("runtime shutdown")
+            if self._keeper is not None:
+                self._keeper.stop()
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._tg = None
@@ -260,6 +341,9 @@ class Runtime:
                 if self.conversations is not None:
                     with anyio.move_on_after(5):
                         await self.conversations.aclose()
+                if self._keeper is not None:
+                    with anyio.move_on_after(5):
+                        await self._keeper.store.aclose()
 
     async def _wait_all(self) -> None:
         while self._runs:
@@ -314,12 +398,77 @@ class Runtime:
             assert self.conversations is not None
             chat = Chat(self.conversations, conversation, self._turns.take(conversation))
         transcript = Transcript.of(agent, past, chat)
+        keeper = self._keeper
+        durable = None if keeper is None else keeper.durable(run_id, agent)
         run = Run(
-            self._services, agent, text, run_id, parent_run_id, first, extras, transcript=transcript
+            self._services,
+            agent,
+            text,
+            run_id,
+            parent_run_id,
+            first,
+            extras,
+            transcript=transcript,
+            durable=durable,
         )
+        if keeper is not None and durable is not None:
+            keeper.adopt(run, durable)
         self._runs[run_id] = run
         self._tg.start_soon(run.main, name=f"tether-run:{run_id}")
         return RunHandle[OutputT](run)
+
+    # ------------------------------------------------------------ durable runs
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        """A handle on run ``run_id``: the live one if it is in flight here, else the
+        store's (:class:`StoredRunHandle`; needs ``Runtime(store=...)``)."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            return RunHandle[Any](run)
+        if self._keeper is None:
+            raise KeyError(
+                f"no run {run_id!r} is in flight in this Runtime (and it has no run store: "
+                "create it with tether.Runtime(store=tether.SQLiteRunStore('runs.db')))"
+            )
+        if self._tg is None:
+            raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
+        tg = self._tg
+        keeper = self._keeper
+        return StoredRunHandle(
+            StoredRun(keeper.store, run_id, keeper.agents, lambda job: tg.start_soon(job))
+        )
+
+    async def resume(self, run_id: str) -> RunHandle[Any]:
+        """Claim run ``run_id`` from the store and continue it here from its last checkpoint.
+
+        A ``KeyError`` if the store has no such run; a ``ValueError`` if it has
+        finished, is owned under a live lease, is parked, or is a run of an
+        agent this Runtime does not know (the run is then left claimable).
+        """
+        keeper, services, tg = self._keeper, self._services, self._tg
+        if keeper is None:
+            raise ValueError("resume() needs a run store: tether.Runtime(store=..., agents=[...])")
+        if tg is None or services is None:
+            raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
+        if run_id in self._runs:
+            raise ValueError(f"run {run_id!r} is already in flight in this Runtime")
+        agent, claim, events = await keeper.claim(run_id)
+        stored = claim.run
+        run = Run(
+            services,
+            agent,
+            stored.input,
+            run_id,
+            stored.parent_run_id,
+            extras=prepare(agent, None, None),
+            transcript=Transcript.of(agent),
+            durable=(durable := keeper.resumed(claim)),
+        )
+        restore(run, claim, events)
+        keeper.adopt(run, durable)
+        self._runs[run_id] = run
+        tg.start_soon(run.main, name=f"tether-run:{run_id}")
+        return RunHandle[Any](run)
 
     async def run(
         self,
@@ -369,6 +518,8 @@ class Runtime:
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        if self._keeper is not None:
+            self._keeper.forget(run_id)
 
     def _budget_spent(self, origin: str, hit: Hit) -> None:
         # The Runtime signals its runs; no run reaches into another.
@@ -413,3 +564,25 @@ class Runtime:
     def running(self) -> int:
         """Runs started and not yet finished (queued included)."""
         return len(self._runs)
+
+
+def _keeper(
+    store: RunStore | None, agents: Sequence[Agent[Any, Any]], lease_s: float, resume: bool
+) -> Keeper | None:
+    """The Runtime's durable side, or ``None`` without a store (the arguments checked)."""
+    if not isinstance(lease_s, int | float) or not lease_s > 0:
+        raise ValueError(
+            f"Runtime(lease_s=...) must be a positive number of seconds, got {lease_s!r}"
+        )
+    if store is None:
+        if resume:
+            raise ValueError("Runtime(resume=True) needs a run store: pass store=...")
+        if agents:
+            raise ValueError("Runtime(agents=...) is for resuming runs: pass store=... too")
+        return None
+    if not isinstance(store, RunStore):
+        raise TypeError(
+            "Runtime(store=...) must be a tether.RunStore (tether.SQLiteRunStore('runs.db'), "
+            f"tether.postgres.PostgresRunStore(dsn)), got {store!r}"
+        )
+    return Keeper(store, list(agents), float(lease_s), bool(resume))

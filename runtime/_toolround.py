@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -48,6 +48,16 @@ REPEAT_NUDGE = (
     "You already made this exact call (same tool, same arguments) in the previous round; "
     "its result is above. Use that result, or call with different arguments."
 )
+
+
+class ToolRecorder(Protocol):
+    """Where a durable run keeps its tool results (:class:`~._durable.Durable`)."""
+
+    async def record_tool(self, round: int, arguments: Any, item: ToolDone) -> None: ...
+
+    async def recall(
+        self, round: int, invocations: Sequence[ToolInvocation]
+    ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]: ...
 
 
 class Approvals:
@@ -102,6 +112,7 @@ class ToolRound:
         "_output",
         "_per_run",
         "_policies",
+        "_recorder",
         "_results",
         "_run_child",
         "_state",
@@ -126,8 +137,10 @@ class ToolRound:
         run_child: ChildRunner | None,
         per_run: PerRun | None = None,
         output: TypedOutput | None = None,
+        recorder: ToolRecorder | None = None,
     ) -> None:
         self._calls = calls
+        self._recorder = recorder
         self._output = output
         self._state = state
         self._tools = tools
@@ -206,9 +219,17 @@ class ToolRound:
                 self._search_tools(call)
             else:
                 runnable.append(ToolInvocation(call=call, spec=spec))
+        reused: list[ToolDone] = []
+        if self._recorder is not None and runnable:  # a durable run: reuse recorded results
+            runnable, recalled = await self._recorder.recall(state.round, runnable)
+            for call, item in recalled:
+                self._take(call, item)
+                reused.append(item)
         done = await self._execute(runnable) if runnable else []
         if isinstance(done, Decision):
             return done
+        if reused:
+            done = reused + done
         self.close()
         crossed = self._accounts.crossed()
         if crossed is not None:
@@ -312,20 +333,10 @@ class ToolRound:
                     gone = item.error
                     break
                 call = pending.pop(item.call_id)
-                if item.output is not None:
-                    output = item.output
-                    if output.child_run_id is not None:
-                        trail.add(
-                            ev.ChildRunFinished(
-                                **trail.head(),
-                                call_id=call.id,
-                                child_run_id=output.child_run_id,
-                                termination=output.child_termination or "",
-                            )
-                        )
-                    accounts.charge_child(output)
-                self._settle(call, item.outcome, item.content, item.attempts, item.images)
+                self._take(call, item)
                 done.append(item)
+                if self._recorder is not None:
+                    await self._recorder.record_tool(self._state.round, call.input, item)
         except ActorCrashed as down:
             gone = down
         finally:
@@ -349,6 +360,22 @@ class ToolRound:
         return done
 
     # ----------------------------------------------------------------- pairing
+
+    def _take(self, call: ToolUseBlock, item: ToolDone) -> None:
+        """A finished call: charge what it spent, then settle it."""
+        if item.output is not None:
+            output, trail = item.output, self._trail
+            if output.child_run_id is not None:
+                trail.add(
+                    ev.ChildRunFinished(
+                        **trail.head(),
+                        call_id=call.id,
+                        child_run_id=output.child_run_id,
+                        termination=output.child_termination or "",
+                    )
+                )
+            self._accounts.charge_child(output)
+        self._settle(call, item.outcome, item.content, item.attempts, item.images)
 
     def _settle(
         self,

@@ -221,6 +221,11 @@ class Trail:
         """Close the stage :meth:`enter` opened (on every path)."""
         self.__exit__(None, None, None)
 
+    def restore(self, events: Sequence[ev.Event]) -> None:
+        """Start from a durable run's stored events (a resumed run, before it runs)."""
+        assert not self._events, "restore() is for a trail that has no events yet"
+        self._events = list(events)
+
     def finish(self) -> EventLog:
         """Freeze the trail (the run has ended) and wake every follower."""
         frozen = self._finished = EventLog(self.run_id, self._events)

@@ -298,6 +298,7 @@ EXAMPLES: list[ev.Event] = [
         messages_before=40,
         messages_after=21,
     ),
+    ev.RunResumed(**BASE, from_round=2, previous_owner="host:1234:ab"),
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"
     ),

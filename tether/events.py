@@ -22,6 +22,7 @@ from tether.runtime._events import PolicyChecked as PolicyChecked
 from tether.runtime._events import ProviderRetry as ProviderRetry
 from tether.runtime._events import ProviderWait as ProviderWait
 from tether.runtime._events import RunFinished as RunFinished
+from tether.runtime._events import RunResumed as RunResumed
 from tether.runtime._events import RunStarted as RunStarted
 from tether.runtime._events import StageEntered as StageEntered
 from tether.runtime._events import StageExited as StageExited

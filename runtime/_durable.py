@@ -1,0 +1,291 @@
+"""A durable run's link to its store: the record, the checkpoints, the tool records (DESIGN §20).
+
+A run of a ``Runtime(store=...)`` has a :class:`Durable`; a run without a
+store has none and pays nothing (the Run checks ``is None`` once per round).
+What it writes, and when (see :mod:`._runstore` for the store's side):
+
+* after preparation: the run record (:meth:`~.RunStore.create`), then the
+  first checkpoint, round 0, with every event so far;
+* at every round boundary that goes on: the events of the round and the
+  checkpoint (:func:`~._state.dump_state`), one :meth:`~.RunStore.commit`,
+  which also renews the lease and brings back cancel and stop requests;
+* each tool call's result as soon as it finishes (:meth:`~.RunStore.record_tool`);
+* the last events and the result when the run ends (:meth:`~.RunStore.finish`).
+
+Every write is shielded from cancellation (a cancelled run waits for the write
+in progress, bounded by the store's own timeouts), so what the Run believes
+is stored is what the store holds. A write refused with :class:`LeaseLost`
+means another Runtime owns the run now: the run is cancelled here and writes
+nothing more.
+
+A resumed run (:func:`restore`) starts from its claim: the stored events are
+its trail's first events, the checkpoint its state, and its first round is the
+one that was in flight at the crash. The tool calls of that round whose
+results were recorded are answered from the records, not executed again.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import attrs
+
+import tether.runtime._events as ev
+from tether.actors import ToolDone, ToolInvocation, ToolOutput
+from tether.providers import ToolUseBlock, dump_messages
+
+from ._discovery import choose_tools
+from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
+from ._state import Decision, dump_state, load_state
+from ._toolround import _canonical as canonical
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._discovery import ActiveTools
+    from ._result import RunResult
+    from ._state import RunState
+    from ._trail import Trail
+
+
+class Run(Protocol):
+    """What this module needs of a :class:`~._run.Run` (which imports this module)."""
+
+    id: str
+    agent: Agent[Any, Any]
+    input: str
+    state: RunState
+    trail: Trail
+    result: RunResult[Any] | None
+    _tools: ActiveTools
+
+    async def prepare(self) -> Decision | None: ...
+    def cancel(self, reason: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+#: How long a run's last write may take when the run is being torn down.
+FINISH_TIMEOUT_S = 30.0
+
+
+class Durable:
+    """One run's writes to the store (see the module docstring)."""
+
+    __slots__ = (
+        "_claim",
+        "_created",
+        "_flushed",
+        "_lost",
+        "_recall_round",
+        "lease_s",
+        "owner",
+        "run_id",
+        "store",
+    )
+
+    def __init__(
+        self, store: RunStore, owner: str, lease_s: float, run_id: str, claim: Claim | None = None
+    ) -> None:
+        self.store, self.owner, self.lease_s, self.run_id = store, owner, lease_s, run_id
+        self._claim = claim
+        self._created = claim is not None
+        self._lost = False
+        self._flushed = 0 if claim is None else claim.run.events
+        checkpoint = None if claim is None else claim.run.checkpoint
+        # The round in flight at the crash: its recorded tool results are reused.
+        self._recall_round = None if checkpoint is None else int(checkpoint["round"]) + 1
+
+    @property
+    def created(self) -> bool:
+        """Whether the store has the run's record (its lease is then renewed)."""
+        return self._created and not self._lost
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the run continues from a checkpoint (so it skips preparation)."""
+        return self._recall_round is not None
+
+    # --------------------------------------------------------------- the run's path
+
+    async def prepare(self, run: Run) -> Decision | None:
+        """Preparation, then the record and the first checkpoint; or the resumed seam."""
+        claim = self._claim
+        if self.resumed:
+            assert claim is not None
+            # The agent's tools, and those its searches had found (the Run's own field).
+            tools = run._tools = choose_tools(run.agent)
+            tools.promote(t for t in tools.catalogue if t.name in run.state.found_tools)
+            _seam(run, claim)
+            return None
+        failed = await run.prepare()
+        if failed is not None:
+            return failed
+        if claim is None:
+            state = run.state
+            record = NewRun(
+                run_id=run.id,
+                agent=run.agent.name,
+                input=run.input,
+                messages=dump_messages(state.messages),
+                parent_run_id=state.parent_run_id,
+                created_at=time.time(),
+            )
+            with anyio.CancelScope(shield=True):
+                await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
+            self._created = True
+        else:  # claimed before its first checkpoint: it started over
+            _seam(run, claim)
+        await self.boundary(run, None)
+        return None
+
+    async def boundary(self, run: Run, decision: Decision | None) -> None:
+        """A round boundary the run goes on from: commit the round; obey requests."""
+        if self._lost or (decision is not None and decision.termination is not None):
+            return  # the end is written by finish()
+        trail = run.trail
+        count = len(trail)
+        events = [ev.dump(trail.event(i)) for i in range(self._flushed, count)]
+        checkpoint = dump_state(run.state)
+        try:
+            with anyio.CancelScope(shield=True):
+                control = await self.store.commit(
+                    run.id,
+                    owner=self.owner,
+                    events=events,
+                    checkpoint=checkpoint,
+                    lease_s=self.lease_s,
+                )
+        except LeaseLost as lost:
+            self.lose(run, lost)
+            return
+        self._flushed = count
+        if control.cancel is not None:
+            run.cancel(control.cancel)
+        elif control.stop:
+            run.stop()
+
+    def lose(self, run: Run, why: Exception) -> None:
+        """Another owner has the run: stop here, write nothing more."""
+        self._lost = True
+        run.cancel(f"the run store gave this run to another owner ({why})")
+
+    async def finish(self, run: Run) -> None:
+        """Write the last events and the result (shielded, bounded)."""
+        if not self._created or self._lost or run.result is None:
+            return
+        trail = run.trail
+        events = [ev.dump(trail.event(i)) for i in range(self._flushed, len(trail))]
+        result = dump_result(run.result)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_TIMEOUT_S):
+            try:
+                await self.store.finish(run.id, owner=self.owner, events=events, result=result)
+            except LeaseLost:
+                pass  # another owner goes on with it
+            except RunStoreError as exc:
+                warnings.warn(
+                    f"run {run.id}: its end could not be stored ({exc}); another Runtime "
+                    "may resume it once its lease expires",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+
+    # ---------------------------------------------------------------- tool records
+
+    async def record_tool(self, round: int, call_arguments: Any, item: ToolDone) -> None:
+        """Keep a finished tool call's result now (``ToolRound`` calls this)."""
+        if self._lost:
+            return
+        output = None if item.output is None else attrs.asdict(item.output)
+        record = ToolRecord(
+            round=round,
+            call_id=item.call_id,
+            name=item.name,
+            arguments=canonical(call_arguments),
+            result={
+                "outcome": item.outcome,
+                "content": item.content,
+                "attempts": item.attempts,
+                "output": output,
+            },
+        )
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.store.record_tool(self.run_id, owner=self.owner, record=record)
+        except LeaseLost:
+            self._lost = True
+
+    async def recall(
+        self, round: int, invocations: Sequence[ToolInvocation]
+    ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]:
+        """Split a round's calls into those to run and those answered from records."""
+        if round != self._recall_round:
+            return list(invocations), []
+        self._recall_round = None
+        records = await self.store.tool_records(self.run_id, round)
+        by_id = {r.call_id: r for r in records}
+        by_call = {(r.name, r.arguments): r for r in reversed(records)}
+        to_run: list[ToolInvocation] = []
+        reused: list[tuple[ToolUseBlock, ToolDone]] = []
+        used: set[str] = set()
+        for invocation in invocations:
+            call = invocation.call
+            record = by_id.get(call.id) or by_call.get((call.name, canonical(call.input)))
+            if record is None or record.call_id in used:
+                to_run.append(invocation)
+                continue
+            used.add(record.call_id)
+            data = record.result
+            output = None if data["output"] is None else ToolOutput(**data["output"])
+            reused.append(
+                (
+                    call,
+                    ToolDone(
+                        call_id=call.id,
+                        name=call.name,
+                        outcome=data["outcome"],
+                        content=data["content"],
+                        attempts=int(data["attempts"]),
+                        output=output,
+                    ),
+                )
+            )
+        return to_run, reused
+
+
+def _seam(run: Run, claim: Claim) -> None:
+    trail = run.trail
+    trail.add(
+        ev.RunResumed(
+            **trail.head(), from_round=run.state.round, previous_owner=claim.previous_owner
+        )
+    )
+
+
+def restore(run: Run, claim: Claim, events: Sequence[Any]) -> None:
+    """Make a freshly built Run the claimed run: its stored trail, its checkpoint."""
+    stored = claim.run
+    if stored.checkpoint is None:
+        return
+    run.trail.restore([ev.load(e) for e in events])
+    loaded = load_state(stored.checkpoint)
+    state = run.state
+    for field in attrs.fields(type(state)):
+        if field.name == "usage":
+            continue
+        setattr(state, field.name, getattr(loaded, field.name))
+    for field in attrs.fields(type(state.usage)):  # the Accounts hold this meter
+        setattr(state.usage, field.name, getattr(loaded.usage, field.name))
+    run.trail.round = state.round
+
+
+def dump_result(result: RunResult[Any]) -> dict[str, Any]:
+    """A result as the store keeps it: :meth:`RunResult.dump` without the events."""
+    data = result.dump()
+    del data["events"]
+    return data
+
+
+__all__ = ["Durable", "dump_result", "restore"]

@@ -1,0 +1,156 @@
+"""A Runtime's durable side: its owner id, agents by name, leases, resume (DESIGN §20).
+
+``Runtime(store=..., agents=[...], lease_s=30, resume=False)`` makes one
+:class:`Keeper`. It gives each run it starts a :class:`~._durable.Durable`,
+and while the Runtime runs, one task of its own (in the Runtime's task group):
+
+* every ``lease_s / 3`` it renews the leases of the runs this Runtime owns
+  (one :meth:`~.RunStore.renew` for all of them), hands cancel and stop
+  requests made through the store to those runs, and cancels a run whose lease
+  was lost (another Runtime has it now);
+* with ``resume=True``, at the same pace, it claims the claimable runs whose
+  agent it knows and continues them here (:meth:`Keeper.resume` does one).
+
+Agents are known by name: those given as ``agents=`` and those of the runs
+this Runtime started. A run of an agent it does not know is left claimable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from ._agent import Agent
+from ._durable import Durable
+from ._run import Run
+from ._runstore import Claim, LeaseLost, RunStore, RunStoreError
+
+
+class Keeper:
+    """The durable side of one Runtime (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        agents: Sequence[Agent[Any, Any]],
+        lease_s: float,
+        resume: bool,
+    ) -> None:
+        self.store, self.lease_s, self.resume_all = store, lease_s, resume
+        self.agents: dict[str, Agent[Any, Any]] = {}
+        for agent in agents:
+            if not isinstance(agent, Agent):
+                raise TypeError(f"Runtime(agents=...) wants tether.Agents, got {agent!r}")
+            if self.agents.setdefault(agent.name, agent) is not agent:
+                raise ValueError(
+                    f"Runtime(agents=...) has two agents named {agent.name!r}: a resumed run "
+                    "finds its agent by name, so names must be unique"
+                )
+        #: This Runtime's name in the store's leases: host, process, and a random part.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        #: The durable runs this Runtime owns, in flight.
+        self.owned: dict[str, tuple[Run, Durable]] = {}
+        self._scope: anyio.CancelScope | None = None
+
+    def durable(self, run_id: str, agent: Agent[Any, Any]) -> Durable:
+        """A new run's link to the store (its agent is known here from now on)."""
+        self.agents.setdefault(agent.name, agent)
+        return Durable(self.store, self.owner, self.lease_s, run_id)
+
+    def adopt(self, run: Run, durable: Durable) -> None:
+        self.owned[run.id] = (run, durable)
+
+    def forget(self, run_id: str) -> None:
+        self.owned.pop(run_id, None)
+
+    # ----------------------------------------------------------------- resuming
+
+    async def claim(self, run_id: str) -> tuple[Agent[Any, Any], Claim, list[Any]]:
+        """Claim ``run_id`` for this Runtime; a clear error when it cannot be."""
+        if not isinstance(run_id, str) or not run_id:
+            raise TypeError(f"resume() wants a run id (a non-empty str), got {run_id!r}")
+        stored = await self.store.get(run_id)
+        if stored is None:
+            raise KeyError(f"the run store has no run {run_id!r}")
+        if stored.status == "finished":
+            raise ValueError(
+                f"run {run_id!r} has finished; read its result with rt.handle({run_id!r}).result()"
+            )
+        agent = self.agents.get(stored.agent)
+        if agent is None:
+            known = ", ".join(sorted(map(repr, self.agents))) or "none"
+            raise ValueError(
+                f"run {run_id!r} is a run of agent {stored.agent!r}, which this Runtime does "
+                f"not know (it knows {known}); pass it in Runtime(agents=[...]). The run was "
+                "left as it was, claimable by a Runtime that knows it"
+            )
+        claim = await self.store.claim(run_id, owner=self.owner, lease_s=self.lease_s)
+        if claim is None:
+            why = (
+                f"it is parked, waiting for approval of {', '.join(stored.pending)}"
+                if stored.status == "parked"
+                else f"{stored.owner!r} holds its lease"
+            )
+            raise ValueError(f"run {run_id!r} cannot be resumed now: {why}")
+        events = [] if claim.run.checkpoint is None else await self.store.events(run_id)
+        return agent, claim, events
+
+    def resumed(self, claim: Claim) -> Durable:
+        """A claimed run's link to the store (:func:`~._durable.restore` restores the run)."""
+        return Durable(self.store, self.owner, self.lease_s, claim.run.run_id, claim)
+
+    # --------------------------------------------------------------- the task
+
+    async def keep(self, resume: Callable[[str], Any]) -> None:
+        """Renew, deliver requests and (with ``resume=True``) adopt, until stopped."""
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            interval = self.lease_s / 3
+            if self.resume_all:
+                await self._adopt(resume)
+            while True:
+                await anyio.sleep(interval)
+                try:
+                    await self._renew()
+                    if self.resume_all:
+                        await self._adopt(resume)
+                except RunStoreError as exc:
+                    warnings.warn(
+                        f"the run store failed; leases will be renewed again ({exc})",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _renew(self) -> None:
+        owned = [(i, pair) for i, pair in self.owned.items() if pair[1].created]
+        if not owned:
+            return
+        controls = await self.store.renew(self.owner, [i for i, _ in owned], lease_s=self.lease_s)
+        for (_, (run, durable)), control in zip(owned, controls, strict=True):
+            if control.lost:
+                durable.lose(run, LeaseLost("its lease expired before it was renewed"))
+            elif control.cancel is not None:
+                run.cancel(control.cancel)
+            elif control.stop:
+                run.stop()
+
+    async def _adopt(self, resume: Callable[[str], Any]) -> None:
+        for run_id in await self.store.claimable():
+            if run_id in self.owned:
+                continue
+            try:
+                await resume(run_id)
+            except (ValueError, KeyError):
+                continue  # an unknown agent, or another Runtime was faster: left as it is
+
+
+__all__ = ["Keeper"]

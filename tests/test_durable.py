@@ -1,0 +1,291 @@
+"""Durable runs (DESIGN §20): recorded, checkpointed, resumed after a crash, handled anywhere."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import tether
+from tether import events as ev
+from tether.providers import (
+    ModelRequest,
+    Price,
+    ProviderContext,
+    Reply,
+    ScriptedProvider,
+    ToolCall,
+    ToolResultBlock,
+)
+from tether.runtime import Answer, Claim, Control, NewRun, StoredRun, ToolRecord
+from tether.runtime._durable import dump_result
+
+pytestmark = pytest.mark.anyio
+
+#: Side effects of the tools, by key (a finished call must never run twice).
+effects: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    """Each test starts with no side effects counted and no tool held."""
+    effects.clear()
+    Hold.release = None
+
+
+class Hold:
+    """Where ``hang`` waits; ``None``: it does not wait."""
+
+    release: anyio.Event | None = None
+    started: anyio.Event | None = None
+
+
+@tether.tool
+async def bump(key: str) -> str:
+    """Count a side effect."""
+    effects[key] += 1
+    return f"bumped {key}"
+
+
+@tether.tool
+async def hang(key: str) -> str:
+    """Count a side effect after waiting while a test holds it."""
+    if Hold.release is not None:
+        assert Hold.started is not None
+        Hold.started.set()
+        await Hold.release.wait()
+    effects[key] += 1
+    return f"hung {key}"
+
+
+def results_in(request: ModelRequest) -> int:
+    return sum(isinstance(b, ToolResultBlock) for m in request.messages for b in m.content)
+
+
+def model(request: ModelRequest, ctx: ProviderContext) -> Reply:
+    """Round 1: bump; round 2: bump and hang together; then the answer."""
+    text = request.messages[0].text
+    done = results_in(request)
+    if done == 0:
+        return Reply(tool_calls=[ToolCall(name="bump", arguments={"key": f"{text}-1"})])
+    if done == 1:
+        return Reply(
+            tool_calls=[
+                ToolCall(name="bump", arguments={"key": f"{text}-2a"}),
+                ToolCall(name="hang", arguments={"key": f"{text}-2b"}),
+            ]
+        )
+    return Reply(text=f"done {text}")
+
+
+def agent(name: str = "worker") -> tether.Agent:
+    return tether.Agent(
+        name=name,
+        instructions="work",
+        provider=ScriptedProvider(model, cost_per_mtok=Price(input=1.0, output=2.0)),
+        tools=[bump, hang],
+        limits=tether.Limits(max_steps=10),
+    )
+
+
+class Crashable:
+    """A run store that a test can 'crash': from then on no write reaches the file,
+    as when the process holding it was killed."""
+
+    def __init__(self, store: tether.RunStore) -> None:
+        self.inner = store
+        self.crashed = False
+        #: Set once a tool result of round 2 is recorded.
+        self.round_two = anyio.Event()
+
+    async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
+        if not self.crashed:
+            await self.inner.create(run, owner=owner, lease_s=lease_s)
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        return await self.inner.get(run_id)
+
+    async def commit(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        events: Sequence[Mapping[str, Any]],
+        checkpoint: Mapping[str, Any] | None,
+        lease_s: float,
+    ) -> Control:
+        if self.crashed:
+            return Control(run_id=run_id)
+        return await self.inner.commit(
+            run_id, owner=owner, events=events, checkpoint=checkpoint, lease_s=lease_s
+        )
+
+    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+        if not self.crashed:
+            await self.inner.record_tool(run_id, owner=owner, record=record)
+            if record.round == 2:
+                self.round_two.set()
+
+    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+        return await self.inner.tool_records(run_id, round)
+
+    async def park(self, run_id: str, **kw: Any) -> None:
+        if not self.crashed:
+            await self.inner.park(run_id, **kw)
+
+    async def answer(self, run_id: str, answer: Answer) -> bool:
+        return await self.inner.answer(run_id, answer)
+
+    async def finish(self, run_id: str, **kw: Any) -> None:
+        if not self.crashed:
+            await self.inner.finish(run_id, **kw)
+
+    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+        if self.crashed:
+            return [Control(run_id=i) for i in run_ids]
+        return await self.inner.renew(owner, run_ids, lease_s=lease_s)
+
+    async def release(self, run_id: str, *, owner: str) -> None:
+        if not self.crashed:
+            await self.inner.release(run_id, owner=owner)
+
+    async def claimable(self, *, limit: int = 100) -> list[str]:
+        return await self.inner.claimable(limit=limit)
+
+    async def claim(self, run_id: str, *, owner: str, lease_s: float) -> Claim | None:
+        return await self.inner.claim(run_id, owner=owner, lease_s=lease_s)
+
+    async def request(self, run_id: str, *, cancel: str | None = None, stop: bool = False) -> None:
+        await self.inner.request(run_id, cancel=cancel, stop=stop)
+
+    async def events(self, run_id: str, *, start: int = 0) -> list[Any]:
+        return await self.inner.events(run_id, start=start)
+
+    async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
+        await self.inner.wait(run_id, seen=seen, timeout_s=timeout_s)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def assert_trail(events: Sequence[ev.Event], result: tether.RunResult) -> None:
+    """Gap-free seq, one RunFinished (last), usage the sum of the UsageCharged."""
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [type(e) for e in events].count(ev.RunFinished) == 1
+    assert isinstance(events[-1], ev.RunFinished)
+    charged = [e for e in events if isinstance(e, ev.UsageCharged)]
+    assert result.usage.input_tokens == sum(e.input_tokens for e in charged)
+    assert result.usage.output_tokens == sum(e.output_tokens for e in charged)
+
+
+async def test_a_run_is_recorded_checkpointed_and_finished(tmp_path: Path) -> None:
+    """The store holds the run's every event, its last checkpoint and its result."""
+    store = tether.SQLiteRunStore(tmp_path / "runs.db", poll_s=0.01)
+    async with tether.Runtime(store=store) as rt:
+        result = await rt.run(agent(), "a")
+    assert result.output == "done a"
+    stored = await store.get(result.run_id)
+    assert stored is not None
+    assert (stored.status, stored.owner, stored.agent, stored.input) == (
+        "finished",
+        None,
+        "worker",
+        "a",
+    )
+    assert stored.result == dump_result(result)
+    assert stored.checkpoint is not None
+    assert stored.checkpoint["round"] == 2  # the last boundary the run went on from
+    assert await store.events(result.run_id) == [ev.dump(e) for e in result.events]
+    assert effects == {"a-1": 1, "a-2a": 1, "a-2b": 1}
+    await store.aclose()
+
+
+async def test_a_crashed_run_resumes_without_running_finished_calls_again(
+    tmp_path: Path,
+) -> None:
+    """Killed mid-round, the run is resumed by another Runtime: the seam, no gap, no rerun."""
+    path = tmp_path / "runs.db"
+    store = Crashable(tether.SQLiteRunStore(path, poll_s=0.01))
+    Hold.release, Hold.started = anyio.Event(), anyio.Event()
+    async with tether.Runtime(store=store, lease_s=0.3, shutdown_grace_s=0) as rt:
+        handle = rt.start(agent(), "a")
+        await Hold.started.wait()  # round 2: bump finished, hang in flight
+        await store.round_two.wait()  # bump's result is recorded: it has finished
+        store.crashed = True
+        first_owner = rt._keeper.owner if rt._keeper else None
+    Hold.release = None
+    assert effects == {"a-1": 1, "a-2a": 1}
+    second = tether.SQLiteRunStore(path, poll_s=0.01)
+    with anyio.fail_after(20):
+        async with tether.Runtime(store=second, agents=[agent()], lease_s=0.3, resume=True) as rt2:
+            result = await rt2.handle(handle.run_id).result()
+    assert result.output == "done a"
+    assert effects == {"a-1": 1, "a-2a": 1, "a-2b": 1}  # 2a's recorded result was used
+    events = result.events
+    assert_trail(events, result)
+    [seam] = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert (seam.from_round, seam.previous_owner) == (1, first_owner)
+    assert [type(e) for e in events].count(ev.RunStarted) == 1
+    await second.aclose()
+
+
+async def test_an_unknown_agent_is_a_clear_error_and_the_run_stays_claimable(
+    tmp_path: Path,
+) -> None:
+    """A Runtime that does not know the run's agent refuses to resume it, and changes nothing."""
+    path = tmp_path / "runs.db"
+    store = Crashable(tether.SQLiteRunStore(path, poll_s=0.01))
+    Hold.release, Hold.started = anyio.Event(), anyio.Event()
+    async with tether.Runtime(store=store, lease_s=0.05, shutdown_grace_s=0) as rt:
+        handle = rt.start(agent(), "a")
+        await Hold.started.wait()
+        store.crashed = True
+    Hold.release = None
+    await anyio.sleep(0.1)
+    other = tether.SQLiteRunStore(path)
+    async with tether.Runtime(store=other, agents=[agent("someone")]) as rt2:
+        with pytest.raises(ValueError, match="does not know"):
+            await rt2.resume(handle.run_id)
+    assert await other.claimable() == [handle.run_id]
+    await other.aclose()
+
+
+async def test_handles_from_another_runtime_follow_and_cancel(tmp_path: Path) -> None:
+    """rt.handle() on another Runtime replays and follows the trail; cancel reaches the owner."""
+    path = tmp_path / "runs.db"
+    Hold.release, Hold.started = anyio.Event(), anyio.Event()
+    async with tether.Runtime(store=tether.SQLiteRunStore(path, poll_s=0.01), lease_s=0.3) as rt:
+        live = rt.start(agent(), "a")
+        await Hold.started.wait()
+        async with tether.Runtime(store=tether.SQLiteRunStore(path, poll_s=0.01)) as other:
+            remote = other.handle(live.run_id)
+            seen = []
+            async for event in remote.events():
+                seen.append(type(event).__name__)
+                if event.round == 1 and isinstance(event, ev.Transition):
+                    break
+            assert seen[0] == "RunStarted"
+            remote.cancel("from afar")
+            with anyio.fail_after(10):
+                result = await remote.result()
+        local = await live.result()
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.error == local.error == "from afar"
+    assert result.events == local.events
+
+
+async def test_without_a_store_nothing_changes() -> None:
+    """A Runtime without a store refuses the durable arguments clearly."""
+    with pytest.raises(ValueError, match="needs a run store"):
+        tether.Runtime(resume=True)
+    with pytest.raises(ValueError, match="lease_s"):
+        tether.Runtime(lease_s=0)
+    with pytest.raises(TypeError, match=r"tether\.RunStore"):
+        tether.Runtime(store=object())  # type: ignore[arg-type]
+    async with tether.Runtime() as rt:
+        with pytest.raises(KeyError, match="no run store"):
+            rt.handle("nope")
