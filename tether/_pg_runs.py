@@ -35,13 +35,10 @@ used from worker threads (asyncio and trio alike), a versioned schema.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 import anyio
@@ -64,6 +61,7 @@ from tether.runtime import (
 from tether.runtime._runstore import JSON
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
+from ._pg_listen import Listener, ListenerSlot
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -217,8 +215,7 @@ class PostgresRunStore(PostgresDatabase):
         digest = hashlib.sha1(self.schema.encode(), usedforsecurity=False).hexdigest()[:16]
         #: The NOTIFY channel of this schema's runs.
         self.channel = f"tether_runs_{digest}"
-        self._listener: _Listener | None = None
-        self._listener_lock = threading.Lock()
+        self._listener = ListenerSlot()
 
     # --- tables ----------------------------------------------------------------------
 
@@ -651,146 +648,22 @@ class PostgresRunStore(PostgresDatabase):
 
     # --- the listener ----------------------------------------------------------------
 
-    async def _listening(self) -> _Listener:
-        with self._listener_lock:
-            listener = self._listener
-            if listener is None or listener.stopped:
-                listener = self._listener = _Listener(
-                    self._dsn, self.channel, self._connect_kwargs(), self.where
-                )
+    async def _listening(self) -> Listener:
+        listener = self._listener.get(
+            lambda: Listener(self._dsn, self.channel, self._connect_kwargs(), self.where)
+        )
         if not listener.listening:
             await self._run(lambda conn: None)  # the schema first (and a clear error if down)
             await anyio.to_thread.run_sync(listener.start, abandon_on_cancel=True)
         return listener
 
     def close(self) -> None:
-        with self._listener_lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
+        self._listener.close()
         super().close()
 
     async def aclose(self) -> None:
-        with self._listener_lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(listener.join)
+        await self._listener.aclose()
         await super().aclose()
-
-
-class _Wake:
-    """One waiting task's doorbell: an anyio Event in its own event loop, re-armed per read."""
-
-    __slots__ = ("_event", "_token")
-
-    def __init__(self) -> None:
-        self._token = anyio.lowlevel.current_token()
-        self._event = anyio.Event()
-
-    def arm(self) -> None:
-        if self._event.is_set():
-            self._event = anyio.Event()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-    def ring_from_thread(self) -> None:
-        # The loop may have ended meanwhile: then nobody is waiting any more.
-        with contextlib.suppress(Exception):
-            anyio.from_thread.run_sync(self._event.set, token=self._token)
-
-
-class _Listener:
-    """A thread with one connection that LISTENs on a store's channel and rings waiters."""
-
-    def __init__(self, dsn: str, channel: str, kwargs: dict[str, object], where: str) -> None:
-        self._dsn = dsn
-        self._channel = channel
-        self._kwargs = kwargs
-        self._where = where
-        self._lock = threading.Lock()
-        self._waiters: dict[str, set[_Wake]] = {}
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def listening(self) -> bool:
-        return self._ready.is_set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    @contextmanager
-    def watch(self, run_id: str) -> Iterator[_Wake]:
-        wake = _Wake()
-        with self._lock:
-            self._waiters.setdefault(run_id, set()).add(wake)
-        try:
-            yield wake
-        finally:
-            with self._lock:
-                waiting = self._waiters.get(run_id)
-                if waiting is not None:
-                    waiting.discard(wake)
-                    if not waiting:
-                        del self._waiters[run_id]
-
-    def start(self) -> None:
-        """In a worker thread: start listening (once), and return when LISTEN took effect."""
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"tether-listen-{self._channel}", daemon=True
-                )
-                self._thread.start()
-        while not self._ready.wait(0.1):
-            if self._error is not None or self._stop.is_set():
-                raise RunStoreError(
-                    f"run store at {self._where}: could not LISTEN for run events ({self._error})"
-                ) from self._error
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def _ring(self, run_id: str | None) -> None:
-        with self._lock:
-            if run_id is None or run_id == "":
-                wakes = [w for waiting in self._waiters.values() for w in waiting]
-            else:
-                wakes = list(self._waiters.get(run_id, ()))
-        for wake in wakes:
-            wake.ring_from_thread()
-
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._dsn, **self._kwargs) as conn:  # type: ignore[arg-type]
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    if self._ready.is_set():
-                        self._ring(None)  # reconnected: anything may have been missed
-                    self._ready.set()
-                    failures = 0
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.2):
-                            self._ring(note.payload)
-            except psycopg.Error as exc:
-                self._error = exc
-                failures += 1
-                if not self._ready.is_set() and failures >= 3:
-                    self._stop.set()
-                    return
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
 
 
 __all__ = ["RECHECK_S", "PostgresRunStore"]
