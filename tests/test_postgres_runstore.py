@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -263,3 +264,27 @@ def test_bad_arguments_are_clear() -> None:
     store = PostgresRunStore("postgresql://u:pw@h/d", schema="s")
     assert repr(store) == "PostgresRunStore('postgresql://u@h:5432/d', schema='s')"
     assert isinstance(store, tether.RunStore)
+
+
+def test_the_b10_benchmark_runs(pg_server: PgServer) -> None:
+    """`python -m benchmarks.durable_pg` runs B2 with and without the store and drops its schema."""
+    root = Path(__file__).resolve().parent.parent
+    args = ["--runs", "5", "--rounds", "2", "--repeats", "1", "--dsn", pg_server.dsn]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.durable_pg", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line.split(":")[0].strip() for line in proc.stdout.splitlines()[1:]] == [
+        "asyncio",
+        "trio",
+    ]
+    with pg_server.connect() as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, 'tether_bench_')"
+        ).fetchall()
+    assert left == []

@@ -253,8 +253,11 @@ class PostgresRunStore(PostgresDatabase):
             f"AND status = 'running' AND lease_expires_at > {_NOW}"
             + (" AND events = %(first)s" if first is not None else "")
             + f" RETURNING {returning}{notifying}), "
-            "ins AS (INSERT INTO {events} (run_id, seq, event) SELECT %(run_id)s, t.seq, t.event "
-            "FROM unnest(%(seqs)s::integer[], %(texts)s::text[]) AS t(seq, event) "
+            # The events go as one JSON array of their texts: json (not jsonb) keeps
+            # each element's text as written, and one text parameter is cheap to send.
+            "ins AS (INSERT INTO {events} (run_id, seq, event) "
+            "SELECT %(run_id)s, %(first)s::integer + t.n - 1, t.event "
+            "FROM json_array_elements(%(texts)s::json) WITH ORDINALITY AS t(event, n) "
             "WHERE EXISTS (SELECT 1 FROM up))" + also + " SELECT * FROM up"
         ).format(runs=self._runs, events=self._t("run_events"), tools=self._t("run_tools"))
         args = {
@@ -263,8 +266,7 @@ class PostgresRunStore(PostgresDatabase):
             "run_id": run_id,
             "owner": owner,
             "first": first,
-            "seqs": [seq for seq, _ in rows],
-            "texts": [text for _, text in rows],
+            "texts": "[" + ",".join(text for _, text in rows) + "]",
             "channel": self.channel,
             "payload": run_id if len(run_id.encode()) <= _MAX_PAYLOAD else "",
         }
