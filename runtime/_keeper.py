@@ -107,24 +107,32 @@ class Keeper:
     # --------------------------------------------------------------- the task
 
     async def keep(self, resume: Callable[[str], Any]) -> None:
-        """Renew, deliver requests and (with ``resume=True``) adopt, until stopped."""
+        """Renew and deliver requests; with ``resume=True`` adopt too; until stopped.
+
+        Two loops, so that adopting many runs never delays the renewal of the
+        leases held already.
+        """
         with anyio.CancelScope() as scope:
             self._scope = scope
-            interval = self.lease_s / 3
-            if self.resume_all:
-                await self._adopt(resume)
-            while True:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._every, self._renew)
+                if self.resume_all:
+                    tg.start_soon(self._every, lambda: self._adopt(resume), True)
+
+    async def _every(self, job: Callable[[], Any], now: bool = False) -> None:
+        interval = self.lease_s / 3
+        while True:
+            if not now:
                 await anyio.sleep(interval)
-                try:
-                    await self._renew()
-                    if self.resume_all:
-                        await self._adopt(resume)
-                except RunStoreError as exc:
-                    warnings.warn(
-                        f"the run store failed; leases will be renewed again ({exc})",
-                        RuntimeWarning,
-                        stacklevel=1,
-                    )
+            now = False
+            try:
+                await job()
+            except RunStoreError as exc:
+                warnings.warn(
+                    f"the run store failed; trying again in {interval:g} s ({exc})",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
 
     def stop(self) -> None:
         if self._scope is not None:
