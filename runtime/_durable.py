@@ -32,15 +32,26 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 import tether.runtime._events as ev
 from tether.actors import ToolDone, ToolInvocation, ToolOutput
-from tether.providers import ToolUseBlock, dump_messages
+from tether.providers import (
+    ModelResponse,
+    StopReason,
+    ToolUseBlock,
+    dump_message,
+    dump_messages,
+    load_message,
+)
 
 from ._discovery import choose_tools
+from ._limits import Termination
+from ._output import OUTPUT_GIVEN
 from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
 from ._state import Decision, dump_state, load_state
+from ._storedhandle import StoredRun
 from ._toolround import _canonical as canonical
 
 if TYPE_CHECKING:
@@ -48,6 +59,7 @@ if TYPE_CHECKING:
     from ._discovery import ActiveTools
     from ._result import RunResult
     from ._state import RunState
+    from ._toolround import Approvals
     from ._trail import Trail
 
 
@@ -62,9 +74,15 @@ class Run(Protocol):
     result: RunResult[Any] | None
     _tools: ActiveTools
 
+    approvals: Approvals
+
     async def prepare(self) -> Decision | None: ...
+    async def _execute_tools(self, response: ModelResponse) -> Decision: ...
+    async def _judge_candidate(self, text: str) -> Decision: ...
+    async def _decide(self, decision: Decision) -> Decision: ...
     def cancel(self, reason: str) -> None: ...
     def stop(self) -> None: ...
+    def let_go(self) -> None: ...
 
 
 #: How long a run's last write may take when the run is being torn down.
@@ -80,8 +98,11 @@ class Durable:
         "_flushed",
         "_lost",
         "_recall_round",
+        "_run",
+        "_unpark",
         "lease_s",
         "owner",
+        "parked",
         "run_id",
         "store",
     )
@@ -94,7 +115,12 @@ class Durable:
         self._created = claim is not None
         self._lost = False
         self._flushed = 0 if claim is None else claim.run.events
+        self._run: Run | None = None
+        #: The run is parked in the store: it has left this process.
+        self.parked = False
         checkpoint = None if claim is None else claim.run.checkpoint
+        # A parked run's held tool round, to run again with the answers.
+        self._unpark = None if checkpoint is None else checkpoint.get("parked")
         # The round in flight at the crash: its recorded tool results are reused.
         self._recall_round = None if checkpoint is None else int(checkpoint["round"]) + 1
 
@@ -112,13 +138,17 @@ class Durable:
 
     async def prepare(self, run: Run) -> Decision | None:
         """Preparation, then the record and the first checkpoint; or the resumed seam."""
-        claim = self._claim
+        claim, self._run = self._claim, run
         if self.resumed:
             assert claim is not None
             # The agent's tools, and those its searches had found (the Run's own field).
             tools = run._tools = choose_tools(run.agent)
             tools.promote(t for t in tools.catalogue if t.name in run.state.found_tools)
             _seam(run, claim)
+            if claim.run.cancel is not None:
+                run.cancel(claim.run.cancel)
+            elif self._unpark is not None:
+                return await self._resume_round(run, claim)
             return None
         failed = await run.prepare()
         if failed is not None:
@@ -167,13 +197,76 @@ class Durable:
         elif control.stop:
             run.stop()
 
+    async def _resume_round(self, run: Run, claim: Claim) -> Decision | None:
+        """A parked run answered: its held tool round again, with the answers given."""
+        message = load_message(self._unpark)
+        self._unpark = None
+        run.approvals.given = {a.call_id: (a.approved, a.note) for a in claim.run.answers}
+        response = ModelResponse(content=message.content, stop_reason=StopReason.TOOL_USE)
+        decision = await run._execute_tools(response)
+        if decision is OUTPUT_GIVEN:
+            candidate = run.state.candidate or ""
+            judged = run.agent.judge is not None
+            decision = (
+                await run._judge_candidate(candidate)
+                if judged
+                else Decision.end(Termination.ANSWERED)
+            )
+        with run.trail.stage("decide"):
+            decision = await run._decide(decision)
+        await self.boundary(run, decision)
+        return decision if decision.termination is not None else None
+
+    async def park(
+        self, asks: Sequence[ToolUseBlock], previous: frozenset[tuple[str, str]], reserved: int
+    ) -> None:
+        """Park the run in the store until its held calls are answered; it ends here.
+
+        The checkpoint is the state from before this tool round (the round's
+        marks undone), with the model's message kept apart: answered, the run
+        runs this tool round again, from the same calls.
+        """
+        run = self._run
+        assert run is not None
+        state = run.state
+        marks = state.previous_calls, state.usage.tool_calls
+        message = state.messages.pop()
+        state.previous_calls, state.usage.tool_calls = previous, marks[1] - reserved
+        try:
+            checkpoint = dump_state(state)
+        finally:
+            state.messages.append(message)
+            state.previous_calls, state.usage.tool_calls = marks
+        checkpoint["parked"] = dump_message(message)
+        trail = run.trail
+        count = len(trail)
+        events = [ev.dump(trail.event(i)) for i in range(self._flushed, count)]
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.store.park(
+                    run.id,
+                    owner=self.owner,
+                    events=events,
+                    checkpoint=checkpoint,
+                    pending=[call.id for call in asks],
+                )
+        except LeaseLost as lost:
+            self.lose(run, lost)
+        else:
+            self._flushed, self.parked = count, True
+            run.cancel("parked")  # the run's task ends now; finish() hands it to the store
+        await anyio.lowlevel.checkpoint()
+
     def lose(self, run: Run, why: Exception) -> None:
         """Another owner has the run: stop here, write nothing more."""
         self._lost = True
         run.cancel(f"the run store gave this run to another owner ({why})")
 
     async def finish(self, run: Run) -> None:
-        """Write the last events and the result (shielded, bounded)."""
+        """Write the last events and the result (shielded, bounded); or let a parked run go."""
+        if self.parked:
+            run.let_go()
+            return
         if not self._created or self._lost or run.result is None:
             return
         trail = run.trail
@@ -273,12 +366,17 @@ def restore(run: Run, claim: Claim, events: Sequence[Any]) -> None:
     loaded = load_state(stored.checkpoint)
     state = run.state
     for field in attrs.fields(type(state)):
-        if field.name == "usage":
+        if field.name in ("usage", "approvals"):  # the Run's rooms hold these two
             continue
         setattr(state, field.name, getattr(loaded, field.name))
     for field in attrs.fields(type(state.usage)):  # the Accounts hold this meter
         setattr(state.usage, field.name, getattr(loaded.usage, field.name))
     run.trail.round = state.round
+
+
+async def wait_result(store: RunStore, run_id: str, agent: Agent[Any, Any]) -> RunResult[Any]:
+    """The result of a run that left this process (parked), once it has finished."""
+    return await StoredRun(store, run_id, {agent.name: agent}, lambda job: None).wait_result()
 
 
 def dump_result(result: RunResult[Any]) -> dict[str, Any]:

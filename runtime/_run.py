@@ -240,10 +240,10 @@ class Run:
         finally:
             if self._transcript is not None and self.result is None:
                 self._decision = await self._transcript.finish(self._decision)
-            if self.result is None:
+            if self.result is None and (self._durable is None or not self._durable.parked):
                 self._conclude(scope.cancelled_caught)
             if self._durable is not None:
-                await self._durable.finish(self)
+                await self._durable.finish(self)  # or lets a parked run go
 
     async def _execute(self, scope: anyio.CancelScope) -> None:
         """Run the loop in the run's task group; it sets ``_decision`` unless cancelled."""
@@ -567,21 +567,20 @@ class Run:
     # ---------------------------------------------------------------- judge
 
     async def _judge_candidate(self, text: str) -> Decision:
-        state, limits = self.state, self.agent.limits
+        state = self.state
         with self.trail.stage("judge"):
             value = text if self.agent.typed_output is None else state.candidate_value
             candidate = Candidate(text=text, question=self.input, round=state.round, output=value)
             judged = await self._judgement().judge(candidate)
-        if isinstance(judged, Decision):
-            return judged
-        state.judgement = judged
-        if judged.passed:
-            return Decision.end(Termination.ANSWERED)
-        if state.usage.quality_retries >= limits.max_quality_retries:
-            return Decision.end(Termination.QUALITY_EXHAUSTED)
-        state.usage.quality_retries += 1
-        add_user_text(state.messages, _feedback_prompt(judged))
-        return Decision("retry", "judgement_failed")
+        return judged if isinstance(judged, Decision) else _judged(state, self.agent.limits, judged)
+
+    def let_go(self) -> None:
+        """Parked in the run store (:mod:`._durable`): leave the Runtime, wake the waiters."""
+        self._scope = self._tg = self._model = self._tool_actor = self._judge = None
+        self.trail.finish()
+        if self._done is not None:
+            self._done.set()
+        self._services.run_finished(self.id)
 
 
 async def _run_child(
@@ -602,6 +601,18 @@ async def _run_child(
     await child.main(admit=False)
     assert child.result is not None
     return _child_output(agent.name, child.result)
+
+
+def _judged(state: RunState, limits: Limits, judged: Judgement) -> Decision:
+    """The transition after a judgement: answered, exhausted, or one more try."""
+    state.judgement = judged
+    if judged.passed:
+        return Decision.end(Termination.ANSWERED)
+    if state.usage.quality_retries >= limits.max_quality_retries:
+        return Decision.end(Termination.QUALITY_EXHAUSTED)
+    state.usage.quality_retries += 1
+    add_user_text(state.messages, _feedback_prompt(judged))
+    return Decision("retry", "judgement_failed")
 
 
 def _continue_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from tether.providers import Message, ModelSettings, TetherError
 from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
-from ._durable import restore
+from ._durable import restore, wait_result
 from ._history import check_history
 from ._input import RunInput, parts_input
 from ._keeper import Keeper
@@ -25,7 +26,7 @@ from ._limits import Limits
 from ._perrun import prepare
 from ._result import RunResult
 from ._run import Run
-from ._runstore import RunStore
+from ._runstore import Answer, RunStore
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
 from ._storedhandle import StoredEventStream, StoredRun
@@ -134,9 +135,13 @@ class RunHandle(Generic[OutputT]):
         ]
 
     async def result(self) -> RunResult[OutputT]:
-        await self._run.wait_finished()
-        assert self._run.result is not None
-        return self._run.result
+        run = self._run
+        if run._durable is None or not run._durable.parked:
+            await run.wait_finished()
+        if run.result is None and run._durable is not None:  # parked: it ends from the store
+            return await wait_result(run._durable.store, run.id, run.agent)
+        assert run.result is not None
+        return run.result
 
     def __repr__(self) -> str:
         state = self._run.result.termination.value if self._run.result else "running"
@@ -515,6 +520,32 @@ class Runtime:
                 "pass history= or conversation=, not both: a conversation's history is "
                 "what its store holds"
             )
+
+    async def approve(self, run_id: str, call_id: str) -> None:
+        """Let a held tool call run: of a run in flight here, or parked in the store.
+
+        A parked run whose held calls are all answered now is resumed here if
+        this Runtime knows its agent (else by any Runtime with ``resume=True``).
+        """
+        await self._answer(run_id, call_id, True, None)
+
+    async def reject(self, run_id: str, call_id: str, reason: str = "rejected") -> None:
+        """Refuse a held tool call (see :meth:`approve`); the model gets ``reason``."""
+        await self._answer(run_id, call_id, False, reason)
+
+    async def _answer(self, run_id: str, call_id: str, approved: bool, note: str | None) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run._durable is None:
+            run.answer(call_id, approved, note)
+            return
+        keeper = self._keeper
+        if keeper is None:
+            raise KeyError(f"no run {run_id!r} is in flight in this Runtime")
+        answer = Answer(call_id=call_id, approved=approved, note=note)
+        if await keeper.store.answer(run_id, answer):  # the last answer: resume it
+            # An agent unknown here, or another Runtime claimed it first: not ours to go on.
+            with contextlib.suppress(ValueError):
+                await self.resume(run_id)
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

@@ -59,19 +59,28 @@ class ToolRecorder(Protocol):
         self, round: int, invocations: Sequence[ToolInvocation]
     ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]: ...
 
+    async def park(
+        self, asks: Sequence[ToolUseBlock], previous: frozenset[tuple[str, str]], reserved: int
+    ) -> None:
+        """Park the run until the held calls are answered (it does not come back)."""
+
 
 class Approvals:
     """The host's answers to held tool calls, and the run's waits for them."""
 
-    __slots__ = ("_answers", "_pending")
+    __slots__ = ("_answers", "_pending", "given")
 
     def __init__(self, pending: dict[str, PendingApproval]) -> None:
         self._pending = pending  # the run state's, so a checkpoint holds them
         self._answers: dict[str, tuple[anyio.Event, list[tuple[bool, str | None]]]] = {}
+        #: Answers given before the calls were held (a parked run, resumed).
+        self.given: dict[str, tuple[bool, str | None]] = {}
 
     def hold(self, call: ToolUseBlock, reason: str) -> None:
         self._pending[call.id] = PendingApproval(call=call, reason=reason)
         self._answers[call.id] = (anyio.Event(), [])
+        if call.id in self.given:
+            self.answer(call.id, *self.given.pop(call.id))
 
     def waiting(self) -> list[PendingApproval]:
         """The held calls not answered yet."""
@@ -211,7 +220,7 @@ class ToolRound:
                 else:
                     admitted.append(call)
         if asks:
-            admitted += await self._await_approvals(asks)
+            admitted += await self._await_approvals(asks, previous, len(admitted) + len(asks))
         runnable: list[ToolInvocation] = []
         for call in admitted:
             spec = self._tools[call.name]
@@ -257,8 +266,17 @@ class ToolRound:
 
     # ---------------------------------------------------------------- approval
 
-    async def _await_approvals(self, asks: list[tuple[ToolUseBlock, str]]) -> list[ToolUseBlock]:
-        """Wait (within the run's deadline) for the host to approve or reject each call."""
+    async def _await_approvals(
+        self,
+        asks: list[tuple[ToolUseBlock, str]],
+        previous: frozenset[tuple[str, str]],
+        reserved: int,
+    ) -> list[ToolUseBlock]:
+        """Wait (within the run's deadline) for the host to approve or reject each call.
+
+        A durable run parks instead (``previous`` and ``reserved`` undo this
+        round's marks in its checkpoint), unless every call was answered already.
+        """
         trail, approvals = self._trail, self._approvals
         for call, reason in asks:
             approvals.hold(call, reason)
@@ -271,6 +289,8 @@ class ToolRound:
                     reason=reason,
                 )
             )
+        if self._recorder is not None and approvals.waiting():
+            await self._recorder.park([call for call, _ in asks], previous, reserved)
         approved: list[ToolUseBlock] = []
         try:
             for call, _ in asks:

@@ -289,3 +289,74 @@ async def test_without_a_store_nothing_changes() -> None:
     async with tether.Runtime() as rt:
         with pytest.raises(KeyError, match="no run store"):
             rt.handle("nope")
+
+
+class AskForBumps:
+    """Holds every bump for a person's approval."""
+
+    async def check(self, point: tether.PolicyPoint, subject: Any) -> tether.Verdict | None:
+        if point is tether.PolicyPoint.TOOL_CALL and subject.name == "bump":
+            return tether.Verdict.ask("bumps need a person")
+        return None
+
+
+def one_bump(request: ModelRequest, ctx: ProviderContext) -> Reply:
+    """One bump, then the answer (which says what the bump gave)."""
+    results = [b for m in request.messages for b in m.content if isinstance(b, ToolResultBlock)]
+    if not results:
+        text = request.messages[0].text
+        return Reply(tool_calls=[ToolCall(name="bump", arguments={"key": text}, id="b1")])
+    return Reply(text=f"done: {results[0].content}")
+
+
+def asker() -> tether.Agent:
+    return tether.Agent(
+        name="asker",
+        instructions="ask",
+        provider=ScriptedProvider(one_bump),
+        tools=[bump],
+        policies=[AskForBumps()],
+    )
+
+
+async def wait_status(store: tether.RunStore, run_id: str, status: str) -> StoredRun:
+    """Wait until the stored run has ``status``."""
+    with anyio.fail_after(20):
+        while True:
+            run = await store.get(run_id)
+            if run is not None and run.status == status:
+                return run
+            await anyio.sleep(0.01)
+
+
+async def test_an_approval_survives_a_restart(tmp_path: Path) -> None:
+    """Parked in one Runtime, approved from another after the first is gone, the run goes on."""
+    path = tmp_path / "runs.db"
+    async with tether.Runtime(store=tether.SQLiteRunStore(path)) as rt:
+        handle = rt.start(asker(), "k")
+        parked = await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
+        assert parked.pending == ("b1",)
+        assert rt.running == 0  # no task, no run object kept by the Runtime
+    assert effects == {}
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[asker()]) as rt2:
+        await rt2.approve(handle.run_id, "b1")
+        result = await rt2.handle(handle.run_id).result()
+    assert result.output == "done: bumped k"
+    assert effects == {"k": 1}
+    names = [type(e).__name__ for e in result.events]
+    assert names.index("ApprovalRequested") < names.index("RunResumed")
+    assert names.index("RunResumed") < names.index("ApprovalAnswered")
+    assert [e.seq for e in result.events] == list(range(len(result.events)))
+
+
+async def test_a_rejection_reaches_the_model_and_the_local_handle_waits(tmp_path: Path) -> None:
+    """Rejected in the same Runtime, the parked run resumes there; its first handle gets the end."""
+    async with tether.Runtime(store=tether.SQLiteRunStore(tmp_path / "runs.db")) as rt:
+        handle = rt.start(asker(), "k")
+        await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
+        with pytest.raises(KeyError, match="b9"):
+            await rt.reject(handle.run_id, "b9")
+        await rt.reject(handle.run_id, "b1", "not today")
+        result = await handle.result()
+    assert result.output == "done: rejected by the host: not today"
+    assert effects == {}

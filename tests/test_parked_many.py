@@ -1,0 +1,69 @@
+"""10,000 runs parked for approval hold no task and no memory in the Runtime (issue 15, item 5)."""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import tether
+from tether.runtime._run import Run
+
+from .test_durable import asker, effects
+
+pytestmark = pytest.mark.anyio
+
+#: Runs parked at once, per backend: 10,000 on one, fewer on the other (the
+#: bookkeeping is the same; SQLite's writes, three per run, are most of the time).
+RUNS = {"asyncio": 10_000, "trio": 2_000}
+
+
+def parked(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'parked'").fetchone()[0])
+    except sqlite3.OperationalError:  # no table yet
+        return 0
+    finally:
+        conn.close()
+
+
+async def wait_parked(path: Path, count: int) -> None:
+    while True:
+        if await anyio.to_thread.run_sync(parked, path) >= count:
+            return
+        await anyio.sleep(0.05)
+
+
+async def test_ten_thousand_parked_runs_hold_no_task_and_no_memory(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """Parked, 10,000 runs leave no task and no Run object; approved later, they go on."""
+    runs = RUNS[anyio_backend]
+    effects.clear()
+    path = tmp_path / "runs.db"
+    agent = asker()
+    started = time.perf_counter()
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), max_concurrent_runs=500) as rt:
+        for i in range(runs):
+            rt.start(agent, f"k{i}", run_id=f"p{i}")
+        with anyio.fail_after(120):
+            await wait_parked(path, runs)
+        assert rt.running == 0
+        assert not [
+            t for t in anyio.get_running_tasks() if (t.name or "").startswith("tether-run:")
+        ]
+        gc.collect()
+        assert not [o for o in gc.get_objects() if isinstance(o, Run)]
+        parked_s = time.perf_counter() - started
+        for i in range(0, runs, 1000):  # a sample is approved: the parked runs go on
+            await rt.approve(f"p{i}", "b1")
+        for i in range(0, runs, 1000):
+            result = await rt.handle(f"p{i}").result()
+            assert result.output == f"done: bumped k{i}"
+    assert len(effects) == runs // 1000
+    print(f"{runs} runs parked in {parked_s:.1f} s ({anyio_backend})")
