@@ -20,8 +20,10 @@ Runtime's ``store=``), every server on the store serves every run on it: a
 run started on one can be read, followed (``GET /runs/{id}/events``, replayed
 from the store, then followed as its owner commits each round) and cancelled
 on another, and a server that dies has its runs resumed by the others. Live
-deltas (``?deltas=true``) and approvals come only from the server a run is in
-flight on.
+deltas (``?deltas=true``) come only from the server a run is in flight on. A
+run held for approval parks in the store and leaves its server; any server
+on the store lists its held calls and answers them, and the last answer
+resumes the run on the server that gave it.
 
 Security model:
 
@@ -353,7 +355,14 @@ class RunRegistry:
         """
         handle = self.get(client, run_id)
         if handle is not None:
-            return handle, None
+            if self.store is None or handle.done:
+                return handle, None
+            # Started here, but a run held for approval parks in the store and leaves
+            # this Runtime: once parked (or answered and resumed elsewhere), read the store.
+            stored = await self.store.get(run_id)
+            if stored is None or stored.status == "running":
+                return handle, None
+            return self.rt.handle(run_id), stored.status
         if self.store is None or not tagged_for(self._key(client), run_id):
             return None
         stored = await self.store.get(run_id)
@@ -558,12 +567,33 @@ class Service:
             raise Refused(404, f"no run {run_id[:80]!r}")
         return found
 
-    @staticmethod
-    def _here(run_id: str, elsewhere: str | None, what: str) -> None:
-        if elsewhere is not None:
-            raise Refused(
-                409, f"run {run_id[:80]!r} is {elsewhere} on another server: {what} there"
-            )
+    async def _pending(self, handle: tether.RunHandle, run_id: str) -> list[dict[str, Any]]:
+        """The run's tool calls waiting for an answer: held here, or parked in the store."""
+        if self.store is None:
+            return [
+                {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
+                for p in handle.pending_approvals()
+            ]
+        # With a store, a held run parks there (and leaves its Runtime) until answered.
+        stored = await self.store.get(run_id)
+        if stored is None or stored.status != "parked":
+            return []
+        answered = {a.call_id for a in stored.answers}
+        asked = {
+            e["call_id"]: e
+            for e in await self.store.events(run_id)
+            if e["type"] == "ApprovalRequested"
+        }
+        return [
+            {
+                "call_id": call_id,
+                "tool": asked[call_id]["name"],
+                "arguments": asked[call_id]["arguments"],
+                "reason": asked[call_id]["reason"],
+            }
+            for call_id in stored.pending
+            if call_id not in answered and call_id in asked
+        ]
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """The JSON object of the body: 415, 413 (while reading) or 422 if not one."""
@@ -655,28 +685,29 @@ class Service:
     @_answers
     async def approvals(self, request: Request, run_id: str) -> Response:
         """``GET /runs/{id}/approvals``: the tool calls waiting for an answer."""
-        handle, elsewhere = await self._run(request, run_id)
-        self._here(run_id, elsewhere, "list its approvals")
-        pending = handle.pending_approvals()
-        listed = [
-            {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
-            for p in pending
-        ]
-        return JSONResponse({"run_id": run_id, "approvals": listed})
+        handle, _ = await self._run(request, run_id)
+        return JSONResponse({"run_id": run_id, "approvals": await self._pending(handle, run_id)})
 
     @_answers
     async def answer(self, request: Request, run_id: str, call_id: str) -> Response:
         """``POST /runs/{id}/approvals/{call_id}`` ``{"approve": bool, "reason": "..."}``."""
-        handle, elsewhere = await self._run(request, run_id)
-        self._here(run_id, elsewhere, "answer its approvals")
+        handle, _ = await self._run(request, run_id)
         body = await self._read_object(request)
         _check_fields(body, {"approve": bool}, {"reason": str})
         reason = body.get("reason") or "rejected by client"
         if len(reason) > 1000:
             raise Refused(422, "reason must be at most 1000 characters")
-        if call_id not in {p.call_id for p in handle.pending_approvals()}:
+        if call_id not in {p["call_id"] for p in await self._pending(handle, run_id)}:
             raise Refused(404, f"no approval pending for call {call_id[:80]!r}")
-        if body["approve"]:
+        if self.store is not None:  # parked in the store: any server on it answers
+            try:
+                if body["approve"]:
+                    await self.runs.rt.approve(run_id, call_id)
+                else:
+                    await self.runs.rt.reject(run_id, call_id, reason)
+            except (KeyError, ValueError):  # answered meanwhile, by another request
+                raise Refused(404, f"no approval pending for call {call_id[:80]!r}") from None
+        elif body["approve"]:
             handle.approve(call_id)
         else:
             handle.reject(call_id, reason)

@@ -76,7 +76,7 @@ def _finished(client: httpx.Client, run_id: str) -> dict[str, object]:
 
 
 def test_runs_started_on_one_server_are_served_by_the_other(two_servers: tuple[str, str]) -> None:
-    """Started on FastAPI: streamed and cancelled on trio; started on trio: read on FastAPI."""
+    """Started on FastAPI: streamed, cancelled, approved on trio; and the other way round."""
     fastapi_url, trio_url = two_servers
     with (
         httpx.Client(base_url=fastapi_url, headers=ALICE, timeout=SUBPROCESS_S) as a,
@@ -103,8 +103,36 @@ def test_runs_started_on_one_server_are_served_by_the_other(two_servers: tuple[s
         assert isinstance(end, ev.RunFinished)
         assert (end.termination, end.error) == ("cancelled", "cancelled by client")
         assert _finished(a, run_id)["termination"] == "cancelled"  # the owner's view agrees
-        response = b.get(f"/runs/{run_id}/approvals")
-        assert response.status_code == 409  # approvals: on the server the run is in flight on
+
+        # A guarded run on FastAPI parks in the store; trio lists its call and approves it.
+        held = a.post("/runs", json={"input": "count these words", "agent": "guarded"})
+        held_id = held.json()["run_id"]
+        deadline = time.monotonic() + SUBPROCESS_S
+        while True:
+            response = b.get(f"/runs/{held_id}/approvals")
+            if response.status_code == 200 and response.json()["approvals"]:
+                break
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.02)
+        [approval] = response.json()["approvals"]
+        assert (approval["tool"], approval["arguments"]) == (
+            "word_count",
+            {"text": "count these words"},
+        )
+        assert b.get(f"/runs/{held_id}").json()["status"] == "parked"
+        call = approval["call_id"]
+        assert b.get(f"/runs/{held_id}/approvals", headers=BOB).status_code == 404
+        response = b.post(f"/runs/{held_id}/approvals/{call}", json={"approve": True})
+        assert response.status_code == 200, response.text
+        assert (
+            b.post(f"/runs/{held_id}/approvals/{call}", json={"approve": True}).status_code == 404
+        )
+        result = _finished(a, held_id)  # resumed on trio, read on FastAPI
+        assert result["output"] == "Your input has 3 words."
+        with connect_sse(a, "GET", f"/runs/{held_id}/events") as source:
+            names = [m.event for m in source.iter_sse()]
+        assert names.index("ApprovalRequested") < names.index("RunResumed")
+        assert names.index("RunResumed") < names.index("ApprovalAnswered")
 
         # A quick run on trio, its result and its trail read on FastAPI.
         other = b.post("/runs", json={"input": "one two three", "agent": "demo"}).json()["run_id"]
