@@ -34,6 +34,9 @@ beside them).
   between repeats): what a streamed run costs, and that a run nobody streams
   pays nothing for deltas. (B7 is kept for the real-wire benchmark of the
   performance issue: the HTTP providers against a local SSE server.)
+- **B9** B2's workload and sizes with a ``SQLiteRunStore`` (a fresh file per
+  repeat; every run recorded, checkpointed per round and finished in it)
+  against no store, alternately: what durability costs (issue 15).
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

@@ -1,4 +1,4 @@
-"""The benchmarks B1–B6 and B8, each for tether and for the bare loop.
+"""The benchmarks B1–B6, B8 and B9, each for tether and for the bare loop.
 
 A :class:`Job` names one benchmark, one side (``tether`` or ``bare``), one
 backend and its sizes; :func:`run_job` runs it with ``anyio.run`` and returns
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import gc
 import math
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -83,10 +85,10 @@ class Outcome:
         }
 
 
-def _runtime(n: int) -> tether.Runtime:
+def _runtime(n: int, store: tether.RunStore | None = None) -> tether.Runtime:
     # The provider gate would otherwise hold all but 64 model calls: a limit
     # meant for a real API, not for a scripted provider (DESIGN §2).
-    return tether.Runtime(provider_concurrency=max(64, n))
+    return tether.Runtime(provider_concurrency=max(64, n), store=store)
 
 
 async def _tether_batch(rt: tether.Runtime, agent: tether.Agent, n: int) -> list[tether.RunResult]:
@@ -208,6 +210,33 @@ def _throughput(out: Outcome, job: Job) -> None:
     base, peak = out.metrics.get("base_rss_kb"), out.metrics.get("peak_rss_kb")
     if base is not None and peak is not None:
         out.metrics["rss_per_run_kb"] = max(0.0, peak - base) / job.n
+
+
+# ----------------------------------------------- B9: B2, with a run store or not
+
+
+async def durable_tether(job: Job) -> Result:
+    """B2's batch with a fresh ``SQLiteRunStore`` and without one, alternately."""
+    out = Outcome()
+    agent = w.agent(job.rounds, job.latency_s)
+    best = {False: math.inf, True: math.inf}
+    with anyio.move_on_after(job.timeout_s) as scope, tempfile.TemporaryDirectory() as tmp:
+        for i in range(job.repeats):
+            for durable in (False, True) if i % 2 == 0 else (True, False):
+                store = tether.SQLiteRunStore(Path(tmp) / f"runs-{i}.db") if durable else None
+                async with _runtime(job.n, store) as rt:
+                    await _tether_batch(rt, agent, WARMUP_RUNS)
+                    w.TALLY.executions = 0
+                    gc.collect()
+                    start = time.perf_counter()
+                    results = await _tether_batch(rt, agent, job.n)
+                    best[durable] = min(best[durable], time.perf_counter() - start)
+                    out.answered(results, job.rounds)
+                    del results
+    out.timed(best[True])
+    out.metrics["rounds_per_s"] = job.n * job.rounds / best[True]
+    out.metrics["plain_rounds_per_s"] = job.n * job.rounds / best[False]
+    return out.done(scope, job)
 
 
 # --------------------------------------------------- B4, B5: parked, cancelled
@@ -462,6 +491,8 @@ CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
     ("B6", "bare"): batch_bare,
     ("B8", "tether"): stream_tether,
     ("B8", "bare"): b1_bare,
+    ("B9", "tether"): durable_tether,
+    ("B9", "bare"): batch_bare,
 }
 
 

@@ -13,7 +13,7 @@ from ._cases import Job, Result
 #: Runs a job; ``True`` asks for a child process of its own (memory jobs).
 Runner = Callable[[Job, bool], Result]
 
-BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+BENCHMARKS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8", "B9")
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +456,40 @@ def bench_b8(plan: Plan, backend: str, run: Runner) -> list[Row]:
     ]
 
 
+def bench_b9(plan: Plan, backend: str, run: Runner) -> list[Row]:
+    """B2's workload (its sizes) with a ``SQLiteRunStore``, against no store."""
+    job = Job(
+        "B9",
+        "tether",
+        backend,
+        plan.b2_runs,
+        plan.b2_rounds,
+        0.0,
+        repeats=max(2, plan.b2_repeats),
+        timeout_s=plan.timeout_s,
+    )
+    t, b = run(job, False), run(_bare(job), False)
+    durable, plain = _num(t.get("rounds_per_s")), _num(t.get("plain_rounds_per_s"))
+    br = _num(b.get("rounds_per_s"))
+    verified, problems = _verified(t, b)
+    change = (_ratio(durable, plain) - 1) * 100
+    return [
+        Row(
+            "B9",
+            backend,
+            f"rounds/s · B2 ({_n(plan.b2_runs)} runs at once, L=0, R={plan.b2_rounds}) "
+            f"with `SQLiteRunStore` against {_fmt(plain, 0)} without (best of {job.repeats})",
+            f"{_fmt(durable, 0)} ({change:+.1f}% vs no store)",
+            _fmt(br, 0),
+            _fraction(_ratio(durable, br)),
+            "—",
+            "—",
+            verified,
+            problems,
+        )
+    ]
+
+
 def _bare(job: Job) -> Job:
     return dataclasses.replace(job, impl="bare")
 
@@ -468,4 +502,5 @@ BENCH: dict[str, Callable[[Plan, str, Runner], list[Row]]] = {
     "B5": bench_b5,
     "B6": bench_b6,
     "B8": bench_b8,
+    "B9": bench_b9,
 }

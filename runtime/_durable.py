@@ -73,6 +73,7 @@ class Run(Protocol):
     trail: Trail
     result: RunResult[Any] | None
     _tools: ActiveTools
+    _cancel_reason: str | None
 
     approvals: Approvals
 
@@ -252,9 +253,18 @@ class Durable:
                 )
         except LeaseLost as lost:
             self.lose(run, lost)
-        else:
-            self._flushed, self.parked = count, True
+            return
+        self._flushed = count
+        reason = run._cancel_reason
+        if reason is None:
+            self.parked = True
             run.cancel("parked")  # the run's task ends now; finish() hands it to the store
+        else:  # cancelled while it was parking: take it back, and end it here
+            with anyio.CancelScope(shield=True):
+                await self.store.request(run.id, cancel=reason)
+                claim = await self.store.claim(run.id, owner=self.owner, lease_s=self.lease_s)
+            if claim is None:
+                self.lose(run, LeaseLost("claimed by another Runtime while it was parked"))
         await anyio.lowlevel.checkpoint()
 
     def lose(self, run: Run, why: Exception) -> None:

@@ -440,7 +440,9 @@ class Runtime:
         tg = self._tg
         keeper = self._keeper
         return StoredRunHandle(
-            StoredRun(keeper.store, run_id, keeper.agents, lambda job: tg.start_soon(job))
+            StoredRun(
+                keeper.store, run_id, keeper.agents, lambda job: tg.start_soon(job), self.resume
+            )
         )
 
     async def resume(self, run_id: str) -> RunHandle[Any]:

@@ -12,6 +12,7 @@ picks up at its next round boundary or lease renewal.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -59,7 +60,7 @@ class StoredEventStream:
 class StoredRun:
     """What a :class:`~._runtime.RunHandle` on a stored run reads and asks through."""
 
-    __slots__ = ("agents", "result", "run_id", "spawn", "store")
+    __slots__ = ("agents", "result", "resume", "run_id", "spawn", "store")
 
     def __init__(
         self,
@@ -67,10 +68,13 @@ class StoredRun:
         run_id: str,
         agents: dict[str, Agent[Any, Any]],
         spawn: Callable[[Callable[[], Coroutine[Any, Any, Any]]], object],
+        resume: Callable[[str], Coroutine[Any, Any, Any]] | None = None,
     ) -> None:
         self.store, self.run_id, self.agents = store, run_id, agents
         #: Starts a request in the Runtime's task group (handles' methods are sync).
         self.spawn = spawn
+        #: Continues a run here (``Runtime.resume``): a parked run asked to cancel.
+        self.resume = resume
         self.result: RunResult[Any] | None = None
 
     async def wait_result(self) -> RunResult[Any]:
@@ -91,8 +95,16 @@ class StoredRun:
         return self.result
 
     def request(self, *, cancel: str | None = None, stop: bool = False) -> None:
-        store, run_id = self.store, self.run_id
-        self.spawn(lambda: store.request(run_id, cancel=cancel, stop=stop))
+        """Ask the owner, through the store; a parked run asked to cancel ends here."""
+        self.spawn(lambda: self._request(cancel, stop))
+
+    async def _request(self, cancel: str | None, stop: bool) -> None:
+        await self.store.request(self.run_id, cancel=cancel, stop=stop)
+        run = await self.store.get(self.run_id)
+        if self.resume is not None and run is not None and run.status == "ready":
+            # A parked run is nobody's: end it here if this Runtime knows its agent.
+            with contextlib.suppress(ValueError, KeyError):
+                await self.resume(self.run_id)
 
 
 __all__ = ["StoredEventStream", "StoredRun"]

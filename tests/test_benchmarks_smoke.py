@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The rows each benchmark prints per backend in quick mode (B3 and B4: two sizes).
-EXPECTED_ROWS = {"B1": 1, "B2": 1, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 2}
+EXPECTED_ROWS = {"B1": 1, "B2": 1, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 2, "B9": 1}
 
 
 @pytest.mark.timeout(180)
