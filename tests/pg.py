@@ -70,6 +70,17 @@ def _unavailable(why: str) -> None:
     pytest.skip(f"no PostgreSQL for the tests: {why} (CI fails here instead of skipping)")
 
 
+def need_psycopg() -> None:
+    """At a test module's top: skip the module without psycopg (fail it under CI)."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        why = "psycopg is not installed (pip install -e '.[dev]' installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is needed under CI and {why}", pytrace=False)
+        pytest.skip(f"no PostgreSQL for the tests: {why}", allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """The test server, or a skip (a failure under CI) when it cannot be reached."""

@@ -18,12 +18,12 @@ import tether
 from tether import events as ev
 from tether.runtime._durable import dump_result
 
-from .pg import PgServer
+from .pg import PgServer, need_psycopg
 from .test_durable import Crashable, Hold, agent, assert_trail, effects
 
 pytestmark = pytest.mark.anyio
 
-pytest.importorskip("psycopg")
+need_psycopg()
 
 from tether.postgres import PostgresRunStore  # noqa: E402
 

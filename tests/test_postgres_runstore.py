@@ -18,11 +18,11 @@ import tether
 from tests.runstore_contract import *  # noqa: F403
 from tests.runstore_contract import MakeStore, new_run
 
-from .pg import PgServer
+from .pg import PgServer, need_psycopg
 
 pytestmark = pytest.mark.anyio
 
-pytest.importorskip("psycopg")
+need_psycopg()
 
 from tether.postgres import PostgresRunStore  # noqa: E402
 

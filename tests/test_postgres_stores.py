@@ -19,11 +19,11 @@ import tether
 from tether.providers import Message, Reply, ScriptedProvider
 from tether.runtime import ConversationConflict, ConversationStoreError, LessonStoreError
 
-from .pg import PgServer
+from .pg import PgServer, need_psycopg
 
 pytestmark = pytest.mark.anyio
 
-psycopg = pytest.importorskip("psycopg")
+need_psycopg()
 
 from tether.postgres import PostgresConversationStore, PostgresLessonStore  # noqa: E402
 

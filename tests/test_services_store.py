@@ -21,14 +21,23 @@ from httpx_sse import connect_sse
 
 from tether import events as ev
 
+from .pg import PgServer, need_psycopg
+
 pytest.importorskip("fastapi")
 pytest.importorskip("hypercorn")
-pytest.importorskip("psycopg")
+need_psycopg()
 
-from examples._service import new_run_id, tagged_for
+from examples._service import new_run_id, tagged_for  # noqa: E402
 
-from .pg import PgServer
-from .test_services import ALICE, BOB, ENV_TOKENS, EXAMPLES, SUBPROCESS_S, check_trail, free_port
+from .test_services import (  # noqa: E402
+    ALICE,
+    BOB,
+    ENV_TOKENS,
+    EXAMPLES,
+    SUBPROCESS_S,
+    check_trail,
+    free_port,
+)
 
 
 @pytest.fixture
