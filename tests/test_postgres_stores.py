@@ -25,6 +25,8 @@ pytestmark = pytest.mark.anyio
 
 need_psycopg()
 
+import psycopg.conninfo  # noqa: E402
+
 from tether.postgres import PostgresConversationStore, PostgresLessonStore  # noqa: E402
 
 
@@ -297,6 +299,32 @@ async def test_synchronous_commit_is_set_per_store(
             await store.aclose()
     with pytest.raises(TypeError, match="synchronous_commit"):
         PostgresLessonStore("postgresql://x/y", synchronous_commit="off")  # type: ignore[arg-type]
+
+
+async def test_a_role_that_cannot_create_uses_tables_made_for_it(
+    pg_server: PgServer, pg_schema: str, anyio_backend: str
+) -> None:
+    """Tables at this tether's version need no DDL: a role with only DML rights uses them."""
+    setup = PostgresConversationStore(pg_server.dsn, schema=pg_schema)
+    await setup.append("c", [Message.user("hi")])
+    await setup.aclose()
+    role = f"{pg_schema}_app"
+    _execute(pg_server, f'CREATE ROLE "{role}" LOGIN')
+    try:
+        _execute(pg_server, f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{role}"')
+        _execute(
+            pg_server, f'GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA "{pg_schema}" TO "{role}"'
+        )
+        dsn = psycopg.conninfo.make_conninfo(pg_server.dsn, user=role)
+        store = PostgresConversationStore(dsn, schema=pg_schema)
+        try:
+            await store.append("c", [Message.assistant("hello")], expected_length=1)
+            assert [m.text for m in await store.load("c")] == ["hi", "hello"]
+        finally:
+            await store.aclose()
+    finally:
+        _execute(pg_server, f'DROP OWNED BY "{role}"')
+        _execute(pg_server, f'DROP ROLE "{role}"')
 
 
 async def test_an_unreachable_server_is_a_clear_store_error(anyio_backend: str) -> None:

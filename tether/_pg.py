@@ -268,6 +268,8 @@ class PostgresDatabase:
     def _set_up(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         schema = sql.Identifier(self.schema)
         versions = self._t("tether_versions")
+        if self._current(conn):
+            return  # no DDL, no lock: a role without CREATE may use tables made for it
         with conn.transaction():
             # One creator at a time per schema, across processes and machines.
             conn.execute(
@@ -307,6 +309,20 @@ class PostgresDatabase:
                 ).format(versions),
                 (self.component, version),
             )
+
+    def _current(self, conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+        """Whether the component's tables are there at this tether's version (a read only)."""
+        try:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL("SELECT version FROM {} WHERE component = %s").format(
+                        self._t("tether_versions")
+                    ),
+                    (self.component,),
+                ).fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return False
+        return row is not None and int(str(row[0])) == self.schema_version
 
     def _check_no_foreign_tables(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         found = sorted(
