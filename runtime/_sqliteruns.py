@@ -125,8 +125,8 @@ _RUN_COLUMNS = (
 POLL_S = 0.05
 
 
-def _encode(value: JSON) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+# Made once: json.dumps with options builds a new encoder on every call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
 
 
 def _decode(text: str | None) -> JSON:
@@ -252,10 +252,10 @@ class SQLiteRunStore(SQLiteFile):
         checkpoint: Mapping[str, JSON] | None,
         lease_s: float,
     ) -> Control:
-        rows = [(int(e["seq"]), _encode(e)) for e in events]
-        state = None if checkpoint is None else _encode(checkpoint)
-
         def job(conn: sqlite3.Connection) -> Control:
+            # Encoded here, in the worker thread: the event loop only hands the values over.
+            rows = _rows(events)
+            state = None if checkpoint is None else _encode(checkpoint)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -329,10 +329,10 @@ class SQLiteRunStore(SQLiteFile):
     ) -> None:
         if not pending:
             raise ValueError("park() needs the pending calls' ids (none given)")
-        rows = [(int(e["seq"]), _encode(e)) for e in events]
-        state, calls = _encode(checkpoint), _encode(list(pending))
+        calls = _encode(list(pending))
 
         def job(conn: sqlite3.Connection) -> None:
+            rows, state = _rows(events), _encode(checkpoint)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -354,10 +354,8 @@ class SQLiteRunStore(SQLiteFile):
         events: Sequence[Mapping[str, JSON]],
         result: Mapping[str, JSON],
     ) -> None:
-        rows = [(int(e["seq"]), _encode(e)) for e in events]
-        value = _encode(result)
-
         def job(conn: sqlite3.Connection) -> None:
+            rows, value = _rows(events), _encode(result)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -524,6 +522,10 @@ class SQLiteRunStore(SQLiteFile):
                 if await self._run(job):
                     return
                 await anyio.sleep(self.poll_s)  # polled: see the module docstring
+
+
+def _rows(events: Sequence[Mapping[str, JSON]]) -> list[tuple[int, str]]:
+    return [(int(e["seq"]), _encode(e)) for e in events]
 
 
 def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float) -> int:

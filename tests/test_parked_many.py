@@ -39,6 +39,7 @@ async def wait_parked(path: Path, count: int) -> None:
         await anyio.sleep(0.05)
 
 
+@pytest.mark.timeout(180)  # ~20 s alone; more on a loaded machine
 async def test_ten_thousand_parked_runs_hold_no_task_and_no_memory(
     tmp_path: Path, anyio_backend: str
 ) -> None:
