@@ -29,6 +29,7 @@ from ._run import Run
 from ._runstore import Answer, RunStore
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
+from ._state import load_state
 from ._storedhandle import StoredEventStream, StoredRun
 from ._trail import EventStream, LiveEventStream, TextStream
 from ._transcript import Chat, Transcript, Turns
@@ -548,6 +549,26 @@ class Runtime:
             # An agent unknown here, or another Runtime claimed it first: not ours to go on.
             with contextlib.suppress(ValueError):
                 await self.resume(run_id)
+
+    async def pending_approvals(self, run_id: str) -> list[PendingApproval]:
+        """The held calls of run ``run_id``, in flight here or parked in the store."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            return RunHandle[Any](run).pending_approvals()
+        if self._keeper is None:
+            raise KeyError(f"no run {run_id!r} is in flight in this Runtime")
+        stored = await self._keeper.store.get(run_id)
+        if stored is None:
+            raise KeyError(f"the run store has no run {run_id!r}")
+        if stored.status != "parked" or stored.checkpoint is None:
+            return []
+        held = load_state(stored.checkpoint).approvals
+        answered = {a.call_id for a in stored.answers}
+        return [
+            PendingApproval(call_id=i, name=p.call.name, arguments=p.call.input, reason=p.reason)
+            for i in stored.pending
+            if i not in answered and (p := held.get(i)) is not None
+        ]
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

@@ -228,17 +228,17 @@ class ToolRound:
                 self._search_tools(call)
             else:
                 runnable.append(ToolInvocation(call=call, spec=spec))
-        reused: list[ToolDone] = []
+        reused = _NONE_DONE  # no allocation in a round of a run without a store
         if self._recorder is not None and runnable:  # a durable run: reuse recorded results
             runnable, recalled = await self._recorder.recall(state.round, runnable)
             for call, item in recalled:
                 self._take(call, item)
-                reused.append(item)
+            reused = [item for _, item in recalled]
         done = await self._execute(runnable) if runnable else []
         if isinstance(done, Decision):
             return done
         if reused:
-            done = reused + done
+            done = [*reused, *done]
         self.close()
         crossed = self._accounts.crossed()
         if crossed is not None:
@@ -442,6 +442,7 @@ class ToolRound:
 
 
 _NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
+_NONE_DONE: Sequence[ToolDone] = ()
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode

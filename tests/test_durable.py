@@ -336,6 +336,13 @@ async def test_an_approval_survives_a_restart(tmp_path: Path) -> None:
         handle = rt.start(asker(), "k")
         parked = await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
         assert parked.pending == ("b1",)
+        [pending] = await rt.pending_approvals(handle.run_id)
+        assert (pending.call_id, pending.name, pending.arguments, pending.reason) == (
+            "b1",
+            "bump",
+            {"key": "k"},
+            "bumps need a person",
+        )
         assert rt.running == 0  # no task, no run object kept by the Runtime
     assert effects == {}
     async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[asker()]) as rt2:
