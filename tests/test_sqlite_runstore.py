@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 import tether
@@ -70,3 +73,52 @@ def test_bad_arguments_are_clear(tmp_path: Path) -> None:
         tether.SQLiteRunStore(":memory:")
     with pytest.raises(ValueError, match="poll_s"):
         tether.SQLiteRunStore(tmp_path / "runs.db", poll_s=0)
+
+
+CLAIMER = """
+import json, os, sys, time
+import anyio
+import tether
+
+path, go, owner = sys.argv[1:4]
+
+async def main() -> None:
+    store = tether.SQLiteRunStore(path)
+    won = []
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for i in range(40):
+        if await store.claim(f"r{i}", owner=owner, lease_s=60) is not None:
+            won.append(f"r{i}")
+    await store.aclose()
+    print(json.dumps(won))
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the claimers are processes either way
+async def test_concurrent_claimers_in_processes_one_wins(tmp_path: Path) -> None:
+    """Six processes race to claim each of 40 expired runs: each run has exactly one winner."""
+    path = tmp_path / "runs.db"
+    store = tether.SQLiteRunStore(path)
+    for i in range(40):
+        await store.create(new_run(f"r{i}"), owner="dead", lease_s=0)
+    await store.aclose()
+    go = tmp_path / "go"
+    procs = [
+        await anyio.open_process(
+            [sys.executable, "-c", CLAIMER, str(path), str(go), f"p{n}"], stderr=None
+        )
+        for n in range(6)
+    ]
+    await anyio.sleep(0.5)  # let them start; then all at once
+    await anyio.Path(go).touch()
+    wins: list[str] = []
+    for proc in procs:
+        assert proc.stdout is not None
+        async with proc:
+            out = b"".join([chunk async for chunk in proc.stdout])
+            assert await proc.wait() == 0
+        wins += json.loads(out)
+    assert sorted(wins) == sorted(f"r{i}" for i in range(40))
