@@ -568,31 +568,16 @@ class Service:
         return found
 
     async def _pending(self, handle: tether.RunHandle, run_id: str) -> list[dict[str, Any]]:
-        """The run's tool calls waiting for an answer: held here, or parked in the store."""
-        if self.store is None:
-            return [
-                {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
-                for p in handle.pending_approvals()
-            ]
-        # With a store, a held run parks there (and leaves its Runtime) until answered.
-        stored = await self.store.get(run_id)
-        if stored is None or stored.status != "parked":
-            return []
-        answered = {a.call_id for a in stored.answers}
-        asked = {
-            e["call_id"]: e
-            for e in await self.store.events(run_id)
-            if e["type"] == "ApprovalRequested"
-        }
+        """The run's tool calls waiting for an answer: held here, or parked in the store
+        (with a store, a held run parks there and leaves its Runtime until answered)."""
+        pending = (
+            handle.pending_approvals()
+            if self.store is None
+            else await self.runs.rt.pending_approvals(run_id)
+        )
         return [
-            {
-                "call_id": call_id,
-                "tool": asked[call_id]["name"],
-                "arguments": asked[call_id]["arguments"],
-                "reason": asked[call_id]["reason"],
-            }
-            for call_id in stored.pending
-            if call_id not in answered and call_id in asked
+            {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
+            for p in pending
         ]
 
     async def _read_object(self, request: Request) -> dict[str, Any]:

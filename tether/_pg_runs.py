@@ -130,8 +130,8 @@ RECHECK_S = 60.0
 _MAX_PAYLOAD = 7_000
 
 
-def _encode(value: JSON) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+#: One encoder for every write (``json.dumps`` with options builds one per call).
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
 
 
 def _decode(text: str | None) -> JSON:
@@ -347,10 +347,10 @@ class PostgresRunStore(PostgresDatabase):
         checkpoint: Mapping[str, JSON] | None,
         lease_s: float,
     ) -> Control:
-        rows = _event_rows(run_id, events)
-        state = None if checkpoint is None else _encode(checkpoint)
-
         def job(conn: _Conn) -> Control:
+            # Encoded in the worker thread, not on the event loop.
+            rows = _event_rows(run_id, events)
+            state = None if checkpoint is None else _encode(checkpoint)
             row = self._owner_write(
                 conn,
                 run_id,
@@ -427,10 +427,10 @@ class PostgresRunStore(PostgresDatabase):
     ) -> None:
         if not pending:
             raise ValueError("park() needs the pending calls' ids (none given)")
-        rows = _event_rows(run_id, events)
-        state, calls = _encode(checkpoint), _encode(list(pending))
 
         def job(conn: _Conn) -> None:
+            rows = _event_rows(run_id, events)
+            state, calls = _encode(checkpoint), _encode(list(pending))
             self._owner_write(
                 conn,
                 run_id,
@@ -453,10 +453,9 @@ class PostgresRunStore(PostgresDatabase):
         events: Sequence[Mapping[str, JSON]],
         result: Mapping[str, JSON],
     ) -> None:
-        rows = _event_rows(run_id, events)
-        value = _encode(result)
-
         def job(conn: _Conn) -> None:
+            rows = _event_rows(run_id, events)
+            value = _encode(result)
             self._owner_write(
                 conn,
                 run_id,
