@@ -367,3 +367,44 @@ async def test_a_rejection_reaches_the_model_and_the_local_handle_waits(tmp_path
         result = await handle.result()
     assert result.output == "done: rejected by the host: not today"
     assert effects == {}
+
+
+async def test_resume_one_run_and_its_clear_errors(tmp_path: Path) -> None:
+    """rt.resume(run_id) continues a dead owner's run; a live, finished, unknown one is refused."""
+    path = tmp_path / "runs.db"
+    store = Crashable(tether.SQLiteRunStore(path, poll_s=0.01))
+    Hold.release, Hold.started = anyio.Event(), anyio.Event()
+    async with tether.Runtime(store=store, lease_s=0.2, shutdown_grace_s=0) as rt:
+        handle = rt.start(agent(), "a")
+        await Hold.started.wait()
+        async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[agent()]) as other:
+            with pytest.raises(ValueError, match="holds its lease"):
+                await other.resume(handle.run_id)
+        store.crashed = True
+    Hold.release = None
+    await anyio.sleep(0.3)  # the dead owner's lease expires
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[agent()]) as rt2:
+        with pytest.raises(KeyError, match="no run 'nope'"):
+            await rt2.resume("nope")
+        resumed = await rt2.resume(handle.run_id)
+        result = await resumed.result()
+        assert result.output == "done a"
+        with pytest.raises(ValueError, match="has finished"):
+            await rt2.resume(handle.run_id)
+    assert_trail(result.events, result)
+
+
+async def test_a_parked_run_cancelled_through_the_store_ends_cancelled(tmp_path: Path) -> None:
+    """A stored handle's cancel of a parked run ends it cancelled, on a Runtime that knows it."""
+    path = tmp_path / "runs.db"
+    async with tether.Runtime(store=tether.SQLiteRunStore(path)) as rt:
+        handle = rt.start(asker(), "k")
+        await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[asker()]) as rt2:
+        remote = rt2.handle(handle.run_id)
+        remote.cancel("no longer needed")
+        with anyio.fail_after(10):
+            result = await remote.result()
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.error == "no longer needed"
+    assert effects == {}
