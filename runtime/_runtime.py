@@ -297,6 +297,8 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         if self._tg is not None:
             raise RuntimeError("this Runtime is already running")
+        if self._keeper is not None:  # a store that cannot be used fails here, not per run
+            await self._keeper.store.claimable(limit=1)
         if self._sink is not None:
             self._sink_thread = SinkThread(self._sink, self.sink_backlog)
         self._services = RuntimeServices(

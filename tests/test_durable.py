@@ -383,12 +383,14 @@ async def test_resume_one_run_and_its_clear_errors(tmp_path: Path) -> None:
         store.crashed = True
     Hold.release = None
     await anyio.sleep(0.3)  # the dead owner's lease expires
-    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[agent()]) as rt2:
+    second = tether.SQLiteRunStore(path)
+    async with tether.Runtime(store=second, agents=[agent()]) as rt2:
         with pytest.raises(KeyError, match="no run 'nope'"):
             await rt2.resume("nope")
         resumed = await rt2.resume(handle.run_id)
         result = await resumed.result()
         assert result.output == "done a"
+        await wait_status(second, handle.run_id, "finished")  # written just after the result
         with pytest.raises(ValueError, match="has finished"):
             await rt2.resume(handle.run_id)
     assert_trail(result.events, result)
@@ -408,3 +410,12 @@ async def test_a_parked_run_cancelled_through_the_store_ends_cancelled(tmp_path:
     assert result.termination is tether.Termination.CANCELLED
     assert result.error == "no longer needed"
     assert effects == {}
+
+
+async def test_an_unusable_store_fails_at_the_runtime(tmp_path: Path) -> None:
+    """A file of another program is refused when the Runtime is entered, not per run."""
+    path = tmp_path / "other.db"
+    await anyio.Path(path).write_bytes(b"not a database at all, just some bytes" * 100)
+    with pytest.raises(tether.RunStoreError, match="not a usable SQLite database"):
+        async with tether.Runtime(store=tether.SQLiteRunStore(path)):
+            pass
