@@ -178,7 +178,7 @@ class Durable:
             return  # the end is written by finish()
         trail = run.trail
         count = len(trail)
-        events = [ev.dump(trail.event(i)) for i in range(self._flushed, count)]
+        events = trail.dumped(self._flushed)
         checkpoint = dump_state(run.state)
         try:
             with anyio.CancelScope(shield=True):
@@ -241,7 +241,7 @@ class Durable:
         checkpoint["parked"] = dump_message(message)
         trail = run.trail
         count = len(trail)
-        events = [ev.dump(trail.event(i)) for i in range(self._flushed, count)]
+        events = trail.dumped(self._flushed)
         try:
             with anyio.CancelScope(shield=True):
                 await self.store.park(
@@ -280,7 +280,7 @@ class Durable:
         if not self._created or self._lost or run.result is None:
             return
         trail = run.trail
-        events = [ev.dump(trail.event(i)) for i in range(self._flushed, len(trail))]
+        events = trail.dumped(self._flushed)
         result = dump_result(run.result)
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_TIMEOUT_S):
             try:

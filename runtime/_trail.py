@@ -254,6 +254,31 @@ class Trail:
             return self._finished[seq]
         return _built(self.run_id, self._events, seq)
 
+    def dumped(self, start: int) -> list[dict[str, Any]]:
+        """The events from ``start`` on, as :func:`~._events.dump` makes them (a run store's).
+
+        A compact stage event is dumped as it is, without becoming an object.
+        """
+        items = self._events if self._finished is None else self._finished._items
+        run_id, out = self.run_id, []
+        for seq in range(start, len(items)):
+            item = items[seq]
+            if isinstance(item, complex):
+                code = int(item.imag)
+                out.append(
+                    {
+                        "run_id": run_id,
+                        "seq": seq,
+                        "round": code >> 5,
+                        "at": item.real,
+                        "stage": _STAGES[(code & 31) >> 1],
+                        "type": "StageEntered" if code & 1 else "StageExited",
+                    }
+                )
+            else:
+                out.append(ev.dump(item))
+        return out
+
     @property
     def finished(self) -> bool:
         return self._finished is not None
