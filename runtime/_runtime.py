@@ -120,11 +120,20 @@ class RunHandle(Generic[OutputT]):
 
     def approve(self, call_id: str) -> None:
         """Let a tool call that a policy held for approval (``Verdict.ask``) run."""
+        self._durable_refuses("approve", call_id)
         self._run.answer(call_id, True, None)
 
     def reject(self, call_id: str, reason: str = "rejected") -> None:
         """Refuse a held tool call; the model gets an is_error result with ``reason``."""
+        self._durable_refuses("reject", call_id)
         self._run.answer(call_id, False, reason)
+
+    def _durable_refuses(self, verb: str, call_id: str) -> None:
+        if self._run._durable is not None:  # its held calls park it in the store
+            raise ValueError(
+                f"run {self.run_id!r} is durable: its held calls wait in the run store; "
+                f"use 'await rt.{verb}({self.run_id!r}, {call_id!r})'"
+            )
 
     def pending_approvals(self) -> list[PendingApproval]:
         """The tool calls waiting for :meth:`approve` or :meth:`reject`."""

@@ -363,6 +363,8 @@ async def test_a_rejection_reaches_the_model_and_the_local_handle_waits(tmp_path
         await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
         with pytest.raises(KeyError, match="b9"):
             await rt.reject(handle.run_id, "b9")
+        with pytest.raises(ValueError, match=r"await rt\.approve"):
+            handle.approve("b1")
         await rt.reject(handle.run_id, "b1", "not today")
         result = await handle.result()
     assert result.output == "done: rejected by the host: not today"
