@@ -117,7 +117,7 @@ class Durable:
         self._lost = False
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
-        #: The run is parked in the store: it has left this process.
+        #: The run has left this process: parked in the store, or lost to another owner.
         self.parked = False
         checkpoint = None if claim is None else claim.run.checkpoint
         # A parked run's held tool round, to run again with the answers.
@@ -268,14 +268,16 @@ class Durable:
         await anyio.lowlevel.checkpoint()
 
     def lose(self, run: Run, why: Exception) -> None:
-        """Another owner has the run: stop here, write nothing more."""
-        self._lost = True
+        """Another owner has the run: stop here, write nothing more; its handles here
+        follow it in the store (as for a parked run)."""
+        self._lost = self.parked = True
         run.cancel(f"the run store gave this run to another owner ({why})")
 
     async def finish(self, run: Run) -> None:
         """Write the last events and the result (shielded, bounded); or let a parked run go."""
-        if self.parked:
-            run.let_go()
+        if self.parked:  # parked, or lost to another owner: it goes on elsewhere
+            if run.result is None:
+                run.let_go()
             return
         if not self._created or self._lost or run.result is None:
             return
@@ -317,8 +319,9 @@ class Durable:
         try:
             with anyio.CancelScope(shield=True):
                 await self.store.record_tool(self.run_id, owner=self.owner, record=record)
-        except LeaseLost:
-            self._lost = True
+        except LeaseLost as lost:
+            if self._run is not None:
+                self.lose(self._run, lost)
 
     async def recall(
         self, round: int, invocations: Sequence[ToolInvocation]

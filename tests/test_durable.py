@@ -99,6 +99,8 @@ class Crashable:
     def __init__(self, store: tether.RunStore) -> None:
         self.inner = store
         self.crashed = False
+        #: Leases are not renewed (the owner is alive but too slow, say).
+        self.stalled = False
         #: Set once a tool result of round 2 is recorded.
         self.round_two = anyio.Event()
 
@@ -145,7 +147,7 @@ class Crashable:
             await self.inner.finish(run_id, **kw)
 
     async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
-        if self.crashed:
+        if self.crashed or self.stalled:
             return [Control(run_id=i) for i in run_ids]
         return await self.inner.renew(owner, run_ids, lease_s=lease_s)
 
@@ -343,6 +345,7 @@ async def test_an_approval_survives_a_restart(tmp_path: Path) -> None:
             {"key": "k"},
             "bumps need a person",
         )
+        await anyio.wait_all_tasks_blocked()  # the run's task ends just after the park
         assert rt.running == 0  # no task, no run object kept by the Runtime
     assert effects == {}
     async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[asker()]) as rt2:
@@ -421,3 +424,27 @@ async def test_an_unusable_store_fails_at_the_runtime(tmp_path: Path) -> None:
     with pytest.raises(tether.RunStoreError, match="not a usable SQLite database"):
         async with tether.Runtime(store=tether.SQLiteRunStore(path)):
             pass
+
+
+async def test_a_run_whose_lease_was_lost_goes_on_elsewhere(tmp_path: Path) -> None:
+    """An owner too slow to renew loses the run to another Runtime; its handle follows it there."""
+    path = tmp_path / "runs.db"
+    store = Crashable(tether.SQLiteRunStore(path, poll_s=0.01))
+    release, Hold.started = anyio.Event(), anyio.Event()
+    Hold.release = release
+    async with tether.Runtime(store=store, lease_s=0.3) as rt:
+        handle = rt.start(agent(), "a")
+        await Hold.started.wait()  # round 2, hang held; bump's result recorded
+        await store.round_two.wait()
+        store.stalled = True
+        Hold.release = None  # the next owner's hang does not wait
+        second = tether.SQLiteRunStore(path, poll_s=0.01)
+        async with tether.Runtime(store=second, agents=[agent()], lease_s=0.3, resume=True) as rt2:
+            other = await rt2.handle(handle.run_id).result()
+            release.set()  # the first owner's hang ends now: its writes are refused
+            with anyio.fail_after(10):
+                mine = await handle.result()
+    assert mine.output == other.output == "done a"
+    assert mine.events == other.events
+    assert effects["a-2a"] == 1  # recorded before the lease was lost: reused
+    assert_trail(other.events, other)

@@ -54,6 +54,7 @@ async def test_ten_thousand_parked_runs_hold_no_task_and_no_memory(
             rt.start(agent, f"k{i}", run_id=f"p{i}")
         with anyio.fail_after(120):
             await wait_parked(path, runs)
+            await anyio.wait_all_tasks_blocked()  # the last runs' tasks end just after the park
         assert rt.running == 0
         assert not [
             t for t in anyio.get_running_tasks() if (t.name or "").startswith("tether-run:")
