@@ -15,8 +15,13 @@ What it writes, and when (see :mod:`._runstore` for the store's side):
 Every write is shielded from cancellation (a cancelled run waits for the write
 in progress, bounded by the store's own timeouts), so what the Run believes
 is stored is what the store holds. A write refused with :class:`LeaseLost`
-means another Runtime owns the run now: the run is cancelled here and writes
-nothing more.
+means another Runtime owns the run now: the run stops here, writes nothing
+more, and leaves the Runtime; its handles here follow it in the store.
+
+A run held by ``Verdict.ask`` parks (:meth:`Durable.park`): its checkpoint is
+the state from before that tool round, with the model's message kept apart,
+and the run leaves its Runtime (no task, no memory). Answered, it is resumed
+and runs that tool round again with the answers given.
 
 A resumed run (:func:`restore`) starts from its claim: the stored events are
 its trail's first events, the checkpoint its state, and its first round is the
