@@ -15,6 +15,16 @@ routes, its lifespan and its server's shutdown::
     approvals(request, run_id)            GET    /runs/{id}/approvals          200
     answer(request, run_id, call_id)      POST   /runs/{id}/approvals/{call}   200
 
+With a run store (``--store runs.db`` or ``--store postgresql://...``: the
+Runtime's ``store=``), every server on the store serves every run on it: a
+run started on one can be read, followed (``GET /runs/{id}/events``, replayed
+from the store, then followed as its owner commits each round) and cancelled
+on another, and a server that dies has its runs resumed by the others. Live
+deltas (``?deltas=true``) come only from the server a run is in flight on. A
+run held for approval parks in the store and leaves its server; any server
+on the store lists its held calls and answers them, and the last answer
+resumes the run on the server that gave it.
+
 Security model:
 
 * **Authentication.** Every request carries ``Authorization: Bearer <token>``.
@@ -27,7 +37,10 @@ Security model:
 * **Isolation.** A run is visible only to the client that started it; for any
   other client its id is 404 on every route, as an unknown id is.
 * **Unguessable ids.** Run ids are ``run-`` and 144 random bits
-  (``secrets.token_urlsafe``); the id the client gets is the runtime's.
+  (``secrets.token_urlsafe``); the id the client gets is the runtime's. With a
+  run store, the id also carries a tag, an HMAC of the random part keyed by
+  the client's token, so that another server on the store knows whose run it
+  is without storing the client (a run of another client is 404 there too).
 * **Bounded requests.** A body must be ``application/json`` (else 415), at most
   ``max_body_bytes`` (64 KiB; 413, counted while it is read) and a JSON object
   with exactly the route's fields and types (else 422, saying which); the input
@@ -49,6 +62,8 @@ the in-flight quotas.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import hmac
 import json
 import os
@@ -238,6 +253,13 @@ class Authenticator:
     def insecure(self) -> bool:
         return self._tokens is None
 
+    def key(self, client: str) -> bytes:
+        """The secret that tags ``client``'s run ids: its token (``anonymous`` without any)."""
+        for token, name in self._tokens or ():
+            if name == client:
+                return token
+        return client.encode()
+
     def client(self, request: Request) -> str:
         if self._tokens is None:
             return ANONYMOUS
@@ -259,9 +281,36 @@ class Authenticator:
 # ------------------------------------------------------------- runs and events
 
 
-def new_run_id() -> str:
-    """``run-`` and 144 random bits: an id nobody can guess from another."""
-    return f"run-{secrets.token_urlsafe(18)}"
+def new_run_id(key: bytes | None = None) -> str:
+    """``run-`` and 144 random bits: an id nobody can guess from another.
+
+    With ``key`` (a service on a run store), ``.`` and a tag binding the id to
+    the client whose key it is (:func:`tagged_for`).
+    """
+    random_part = secrets.token_urlsafe(18)
+    return f"run-{random_part}" if key is None else f"run-{random_part}.{_tag(key, random_part)}"
+
+
+def _tag(key: bytes, random_part: str) -> str:
+    digest = hmac.new(key, random_part.encode(), hashlib.sha256).digest()[:12]
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def tagged_for(key: bytes, run_id: str) -> bool:
+    """Whether ``run_id`` was made by :func:`new_run_id` with ``key`` (in constant time)."""
+    random_part, dot, tag = run_id.removeprefix("run-").partition(".")
+    if not run_id.startswith("run-") or not dot:
+        return False
+    return hmac.compare_digest(tag.encode(), _tag(key, random_part).encode())
+
+
+def open_store(spec: str, schema: str = "tether") -> tether.RunStore:
+    """The run store of ``--store``: a PostgreSQL DSN (``postgresql://...``) or a SQLite path."""
+    if spec.startswith(("postgresql://", "postgres://")):
+        from tether.postgres import PostgresRunStore
+
+        return PostgresRunStore(spec, schema=schema)
+    return tether.SQLiteRunStore(spec)
 
 
 @attrs.frozen
@@ -277,9 +326,18 @@ class RunRegistry:
     finished runs (their ids then answer 404); runs in flight are always kept.
     """
 
-    def __init__(self, rt: tether.Runtime, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        rt: tether.Runtime,
+        settings: Settings | None = None,
+        *,
+        store: tether.RunStore | None = None,
+        key: Callable[[str], bytes] = str.encode,
+    ) -> None:
         self.rt = rt
         self.settings = settings or Settings()
+        self.store = store
+        self._key = key
         self._entries: dict[str, _Entry] = {}  # oldest first
 
     def __len__(self) -> int:
@@ -289,6 +347,26 @@ class RunRegistry:
         """The run, if ``client`` started it (else ``None``, as for an unknown id)."""
         entry = self._entries.get(run_id)
         return entry.handle if entry is not None and entry.client == client else None
+
+    async def find(self, client: str, run_id: str) -> tuple[tether.RunHandle, str | None] | None:
+        """The run and, for one that is not this server's, its status in the run store.
+
+        Another server's run is ``client``'s when its id carries ``client``'s tag.
+        """
+        handle = self.get(client, run_id)
+        if handle is not None:
+            if self.store is None or handle.done:
+                return handle, None
+            # Started here, but a run held for approval parks in the store and leaves
+            # this Runtime: once parked (or answered and resumed elsewhere), read the store.
+            stored = await self.store.get(run_id)
+            if stored is None or stored.status == "running":
+                return handle, None
+            return self.rt.handle(run_id), stored.status
+        if self.store is None or not tagged_for(self._key(client), run_id):
+            return None
+        stored = await self.store.get(run_id)
+        return None if stored is None else (self.rt.handle(run_id), stored.status)
 
     def in_flight(self, client: str | None = None) -> list[tether.RunHandle]:
         """The runs not finished yet: all, or ``client``'s."""
@@ -313,7 +391,8 @@ class RunRegistry:
                     break
             else:
                 raise Refused(503, "too many runs in flight", retry)
-        handle = self.rt.start(agent, input, run_id=new_run_id())
+        key = None if self.store is None else self._key(client)
+        handle = self.rt.start(agent, input, run_id=new_run_id(key))
         self._entries[handle.run_id] = _Entry(client, handle)
         return handle
 
@@ -424,8 +503,12 @@ class Service:
         *,
         tokens: Mapping[str, str] | None,
         settings: Settings | None = None,
+        store: tether.RunStore | None = None,
+        lease_s: float = 30.0,
     ) -> None:
         self.agents = dict(agents) if agents is not None else default_agents()
+        self.store = store
+        self.lease_s = lease_s
         self.auth = Authenticator(tokens)
         self.settings = settings or Settings()
         self.closing = False
@@ -440,8 +523,19 @@ class Service:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The Runtime, for the life of the server."""
-        async with tether.Runtime(shutdown_grace_s=self.settings.shutdown_grace_s) as rt:
-            self._runs, self.closing = RunRegistry(rt, self.settings), False
+        durable: dict[str, Any] = (
+            {}
+            if self.store is None
+            else {
+                "store": self.store,
+                "agents": list(self.agents.values()),
+                "lease_s": self.lease_s,
+                "resume": True,  # the runs of a server on the store that died
+            }
+        )
+        async with tether.Runtime(shutdown_grace_s=self.settings.shutdown_grace_s, **durable) as rt:
+            registry = RunRegistry(rt, self.settings, store=self.store, key=self.auth.key)
+            self._runs, self.closing = registry, False
             try:
                 yield
             finally:
@@ -465,12 +559,26 @@ class Service:
             for handle in in_flight:
                 await handle.result()
 
-    def _run(self, request: Request, run_id: str) -> tether.RunHandle:
-        """The caller's run ``run_id``: 401 without a valid token, 404 if not the caller's."""
-        handle = self.runs.get(self.auth.client(request), run_id)
-        if handle is None:
+    async def _run(self, request: Request, run_id: str) -> tuple[tether.RunHandle, str | None]:
+        """The caller's run ``run_id`` and its stored status if another server has it:
+        401 without a valid token, 404 if not the caller's."""
+        found = await self.runs.find(self.auth.client(request), run_id)
+        if found is None:
             raise Refused(404, f"no run {run_id[:80]!r}")
-        return handle
+        return found
+
+    async def _pending(self, handle: tether.RunHandle, run_id: str) -> list[dict[str, Any]]:
+        """The run's tool calls waiting for an answer: held here, or parked in the store
+        (with a store, a held run parks there and leaves its Runtime until answered)."""
+        pending = (
+            handle.pending_approvals()
+            if self.store is None
+            else await self.runs.rt.pending_approvals(run_id)
+        )
+        return [
+            {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
+            for p in pending
+        ]
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """The JSON object of the body: 415, 413 (while reading) or 422 if not one."""
@@ -519,8 +627,10 @@ class Service:
     @_answers
     async def run_status(self, request: Request, run_id: str) -> Response:
         """``GET /runs/{id}``: ``{"status": "running"}``, or the run's result."""
-        handle = self._run(request, run_id)
-        if not handle.done:
+        handle, elsewhere = await self._run(request, run_id)
+        if elsewhere is not None and elsewhere != "finished":
+            return JSONResponse({"run_id": run_id, "status": elsewhere})
+        if elsewhere is None and not handle.done:
             return JSONResponse({"run_id": run_id, "status": "running"})
         return JSONResponse(result_json(await handle.result()))  # finished: returns at once
 
@@ -531,7 +641,7 @@ class Service:
         With ``?deltas=true`` the live ``TextDelta`` and ``ToolCallDelta`` events
         come too, from the moment of the request (a client behind gets them joined).
         """
-        handle = self._run(request, run_id)
+        handle, elsewhere = await self._run(request, run_id)
         try:
             after = int(request.headers.get("last-event-id", "-1"))
         except ValueError:
@@ -539,7 +649,8 @@ class Service:
         flag = request.query_params.get("deltas", "false").lower()
         if flag not in ("true", "false", "1", "0"):
             raise Refused(422, "deltas must be true or false")
-        events = handle.events(deltas=flag in ("true", "1"))
+        deltas = flag in ("true", "1") and elsewhere is None  # live only where it runs
+        events = handle.events(deltas=deltas)
         stream = SSEStream(events, after, self.settings.heartbeat_s, lambda: self.closing)
         return StreamingResponse(
             stream,
@@ -550,33 +661,38 @@ class Service:
     @_answers
     async def cancel_run(self, request: Request, run_id: str) -> Response:
         """``DELETE /runs/{id}``: cancel the run -> 202 (also when it has finished already)."""
-        handle = self._run(request, run_id)
+        handle, elsewhere = await self._run(request, run_id)
         handle.cancel("cancelled by client")
-        status = "finished" if handle.done else "cancelling"
+        done = handle.done if elsewhere is None else elsewhere == "finished"
+        status = "finished" if done else "cancelling"
         return JSONResponse({"run_id": run_id, "status": status}, status_code=202)
 
     @_answers
     async def approvals(self, request: Request, run_id: str) -> Response:
         """``GET /runs/{id}/approvals``: the tool calls waiting for an answer."""
-        pending = self._run(request, run_id).pending_approvals()
-        listed = [
-            {"call_id": p.call_id, "tool": p.name, "arguments": p.arguments, "reason": p.reason}
-            for p in pending
-        ]
-        return JSONResponse({"run_id": run_id, "approvals": listed})
+        handle, _ = await self._run(request, run_id)
+        return JSONResponse({"run_id": run_id, "approvals": await self._pending(handle, run_id)})
 
     @_answers
     async def answer(self, request: Request, run_id: str, call_id: str) -> Response:
         """``POST /runs/{id}/approvals/{call_id}`` ``{"approve": bool, "reason": "..."}``."""
-        handle = self._run(request, run_id)
+        handle, _ = await self._run(request, run_id)
         body = await self._read_object(request)
         _check_fields(body, {"approve": bool}, {"reason": str})
         reason = body.get("reason") or "rejected by client"
         if len(reason) > 1000:
             raise Refused(422, "reason must be at most 1000 characters")
-        if call_id not in {p.call_id for p in handle.pending_approvals()}:
+        if call_id not in {p["call_id"] for p in await self._pending(handle, run_id)}:
             raise Refused(404, f"no approval pending for call {call_id[:80]!r}")
-        if body["approve"]:
+        if self.store is not None:  # parked in the store: any server on it answers
+            try:
+                if body["approve"]:
+                    await self.runs.rt.approve(run_id, call_id)
+                else:
+                    await self.runs.rt.reject(run_id, call_id, reason)
+            except (KeyError, ValueError):  # answered meanwhile, by another request
+                raise Refused(404, f"no approval pending for call {call_id[:80]!r}") from None
+        elif body["approve"]:
             handle.approve(call_id)
         else:
             handle.reject(call_id, reason)
@@ -601,6 +717,22 @@ def command_line(
         help="seconds runs get to finish on shutdown before they are cancelled (default 5)",
     )
     parser.add_argument(
+        "--store",
+        default=os.environ.get("TETHER_STORE"),
+        help="a run store shared with other servers: a SQLite path or a postgresql:// DSN",
+    )
+    parser.add_argument(
+        "--store-schema",
+        default=os.environ.get("TETHER_STORE_SCHEMA", "tether"),
+        help="the PostgreSQL schema of the store's tables (default tether)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=float(os.environ.get("TETHER_LEASE", "30")),
+        help="seconds of a run's lease in the store (renewed every third; default 30)",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help=f"serve without authentication when {TOKENS_ENV} is not set",
@@ -608,6 +740,8 @@ def command_line(
     args = parser.parse_args(argv)
     if not args.shutdown_grace >= 0:
         parser.error("--shutdown-grace must be >= 0")
+    if not args.lease > 0:
+        parser.error("--lease must be > 0")
     spec = os.environ.get(TOKENS_ENV)
     if spec is None:
         if not args.insecure:

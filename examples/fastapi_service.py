@@ -105,9 +105,9 @@ import tether
 
 # Run as a script, examples/ is sys.path[0] and this file is no package module.
 if __package__:
-    from ._service import Service, Settings, command_line
+    from ._service import Service, Settings, command_line, open_store
 else:
-    from _service import Service, Settings, command_line
+    from _service import Service, Settings, command_line, open_store
 
 __all__ = ["Server", "Service", "Settings", "create_app", "main"]
 
@@ -117,14 +117,18 @@ def create_app(
     *,
     tokens: Mapping[str, str] | None,
     settings: Settings | None = None,
+    store: tether.RunStore | None = None,
+    lease_s: float = 30.0,
 ) -> FastAPI:
     """The service, serving ``agents`` by name (default: ``demo``, ``slow``, ``guarded``).
 
     ``tokens`` is ``{client: token}``; ``None`` serves without authentication.
+    ``store`` (a run store shared with other servers) makes runs durable, and
+    ``lease_s`` is the length of their leases.
     The routes answer through ``examples/_service.py``, which the Starlette
     example on trio shares; the app's ``state.service`` is that Service.
     """
-    service = Service(agents, tokens=tokens, settings=settings)
+    service = Service(agents, tokens=tokens, settings=settings, store=store, lease_s=lease_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -192,7 +196,13 @@ class Server(uvicorn.Server):
 
 def main(argv: list[str] | None = None) -> None:
     args, tokens = command_line("tether FastAPI service (asyncio, uvicorn)", argv)
-    app = create_app(tokens=tokens, settings=Settings(shutdown_grace_s=args.shutdown_grace))
+    store = None if args.store is None else open_store(args.store, args.store_schema)
+    app = create_app(
+        tokens=tokens,
+        settings=Settings(shutdown_grace_s=args.shutdown_grace),
+        store=store,
+        lease_s=args.lease,
+    )
     # uvicorn raises the Ctrl-C it handled again once it is done: that is no error.
     with contextlib.suppress(KeyboardInterrupt):
         Server(app, host=args.host, port=args.port).run()

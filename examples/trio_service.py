@@ -51,9 +51,9 @@ import tether
 
 # Run as a script, examples/ is sys.path[0] and this file is no package module.
 if __package__:
-    from ._service import Service, Settings, command_line
+    from ._service import Service, Settings, command_line, open_store
 else:
-    from _service import Service, Settings, command_line
+    from _service import Service, Settings, command_line, open_store
 
 __all__ = ["Service", "Settings", "create_app", "main", "make_config", "serve"]
 
@@ -63,14 +63,18 @@ def create_app(
     *,
     tokens: Mapping[str, str] | None,
     settings: Settings | None = None,
+    store: tether.RunStore | None = None,
+    lease_s: float = 30.0,
 ) -> Starlette:
     """The service, serving ``agents`` by name (default: ``demo``, ``slow``, ``guarded``).
 
     ``tokens`` is ``{client: token}``; ``None`` serves without authentication.
+    ``store`` (a run store shared with other servers) makes runs durable, and
+    ``lease_s`` is the length of their leases.
     The routes answer through ``examples/_service.py``, which the FastAPI
     example on asyncio shares; the app's ``state.service`` is that Service.
     """
-    service = Service(agents, tokens=tokens, settings=settings)
+    service = Service(agents, tokens=tokens, settings=settings, store=store, lease_s=lease_s)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -153,7 +157,13 @@ async def serve(
 
 def main(argv: list[str] | None = None) -> None:
     args, tokens = command_line("tether Starlette service (trio, hypercorn)", argv)
-    app = create_app(tokens=tokens, settings=Settings(shutdown_grace_s=args.shutdown_grace))
+    store = None if args.store is None else open_store(args.store, args.store_schema)
+    app = create_app(
+        tokens=tokens,
+        settings=Settings(shutdown_grace_s=args.shutdown_grace),
+        store=store,
+        lease_s=args.lease,
+    )
     trio.run(partial(serve, app, args.host, args.port))
 
 

@@ -15,3 +15,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def _reset_calls() -> None:
     """The shared call counter starts empty in every test."""
     calls.clear()
+
+
+# PostgreSQL: pg_server, pg_dsn, pg_schema (tests/pg.py).
+from .pg import pg_dsn as pg_dsn  # noqa: E402
+from .pg import pg_schema as pg_schema  # noqa: E402
+from .pg import pg_server as pg_server  # noqa: E402

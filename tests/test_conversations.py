@@ -30,7 +30,7 @@ from .helpers import add, assert_consistent, of
 
 pytestmark = pytest.mark.anyio
 
-Store = tether.InMemoryConversationStore | tether.SQLiteConversationStore
+Store = tether.ConversationStore
 
 TURN = (
     Message.user("1 + 2?"),
@@ -43,16 +43,22 @@ TURN = (
 )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
 ) -> AsyncIterator[Store]:
-    """The store under test, closed afterwards."""
-    made: Store = (
-        tether.InMemoryConversationStore()
-        if request.param == "memory"
-        else tether.SQLiteConversationStore(tmp_path / "chats.db")
-    )
+    """The store under test, closed afterwards (PostgreSQL: in a schema of the test's own)."""
+    made: Store
+    if request.param == "memory":
+        made = tether.InMemoryConversationStore()
+    elif request.param == "sqlite":
+        made = tether.SQLiteConversationStore(tmp_path / "chats.db")
+    else:
+        from tether.postgres import PostgresConversationStore
+
+        made = PostgresConversationStore(
+            request.getfixturevalue("pg_dsn"), schema=request.getfixturevalue("pg_schema")
+        )
     yield made
     await made.aclose()
 

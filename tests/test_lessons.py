@@ -22,7 +22,7 @@ from tether.runtime._lessons import (
 
 pytestmark = pytest.mark.anyio
 
-Store = InMemoryLessonStore | SQLiteLessonStore
+Store = LessonStore
 StoreFactory = Callable[..., Store]
 
 
@@ -36,19 +36,32 @@ def _ticking(start: float = 1_000.0, step: float = 1.0) -> Callable[[], float]:
     return clock
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def make_store(
     request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
 ) -> AsyncIterator[StoreFactory]:
-    """A factory for the store under test; every store made is closed afterwards."""
+    """A factory for the store under test; every store made is closed afterwards.
+
+    The PostgreSQL stores of one test share a schema of the test's own, as the
+    SQLite ones share a file.
+    """
     made: list[Store] = []
+    schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else ""
 
     def factory(**kwargs: object) -> Store:
         store: Store
         if request.param == "memory":
             store = InMemoryLessonStore(**kwargs)  # type: ignore[arg-type]
-        else:
+        elif request.param == "sqlite":
             store = SQLiteLessonStore(tmp_path / "lessons.db", **kwargs)  # type: ignore[arg-type]
+        else:
+            from tether.postgres import PostgresLessonStore
+
+            store = PostgresLessonStore(
+                request.getfixturevalue("pg_dsn"),
+                schema=schema,
+                **kwargs,  # type: ignore[arg-type]
+            )
         made.append(store)
         return store
 

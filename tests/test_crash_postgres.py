@@ -1,0 +1,38 @@
+"""The crash-and-resume test on PostgreSQL (issue 15, item 7): SIGKILL twice, resume, check it all.
+
+The same test as tests/test_crash_sqlite.py (:mod:`tests.crash_durable`), on a
+:class:`tether.postgres.PostgresRunStore` in a schema of the test's own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tether
+
+from .crash_durable import crash_and_resume
+from .pg import PgServer, test_dsn
+
+
+def postgres_store(schema: str) -> tether.RunStore:
+    """The store of the workers and the check (``tests.test_crash_postgres:postgres_store``)."""
+    from tether.postgres import PostgresRunStore
+
+    return PostgresRunStore(test_dsn(), schema=schema)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_postgres_survives_sigkill(
+    pg_server: PgServer, pg_schema: str, tmp_path: Path, backend: str
+) -> None:
+    """200 runs killed twice mid-flight end once each, gap-free, paid in full, no call redone."""
+    seed = int(os.environ.get("TETHER_CRASH_SEED", "0")) or int.from_bytes(os.urandom(4), "big")
+    tally = crash_and_resume(
+        "tests.test_crash_postgres:postgres_store", pg_schema, tmp_path, backend, seed
+    )
+    print(f"crash test on PostgreSQL ({backend}, seed {seed}): {tally}")
+    assert tally.runs == 200
