@@ -113,12 +113,14 @@ class ModelActor:
         run_id: str,
         gate: ProviderGate | None,
         http: HttpPoolLike | None,
+        first_call: int = 0,
     ) -> None:
         self._provider = provider
         self._run_id = run_id
         self._gate = gate
         self._http = http
-        self._calls = 0
+        # ProviderContext.call_index of the next request: a resumed run goes on counting.
+        self._calls = first_call
 
     async def handle(self, call: ModelCall) -> None:
         # The whole call (its retries included) in this frame and each attempt in

@@ -75,11 +75,14 @@ def model_client(
     """The run's model client, and its first model actor (spawned now)."""
     chain = provider.providers if isinstance(provider, FallbackProvider) else (provider,)
 
-    def actor(target: Provider) -> ActorRef[ModelCall]:
+    def actor(target: Provider, first_call: int = 0) -> ActorRef[ModelCall]:
         gate, http = services.gate_for(target), services.http
-        return spawn("model", lambda: ModelActor(target, run_id, gate, http))
+        return spawn("model", lambda: ModelActor(target, run_id, gate, http, first_call))
 
-    ref, attempts = actor(chain[0]), limits.max_provider_attempts
+    # A resumed run's requests go on from its checkpoint's count (a scripted provider
+    # indexes its script with it); a fresh run's count is 0.
+    ref = actor(chain[0], accounts.meter.provider_attempts)
+    attempts = limits.max_provider_attempts
     if len(chain) == 1:
         client = HeldModelClient if accounts.holds else ModelClient
         return client(
