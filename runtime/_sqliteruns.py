@@ -31,11 +31,11 @@ import os
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
+from ._runrows import RUN_COLUMNS, decode_json, encode_json, run_of_row
 from ._runstore import (
     JSON,
     Answer,
@@ -116,46 +116,12 @@ _COLUMNS = (
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
 
-_RUN_COLUMNS = (
-    "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
-    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
-)
 
 #: How often :meth:`SQLiteRunStore.wait` looks at the file, by default (seconds).
 POLL_S = 0.05
 
 
 # Made once: json.dumps with options builds a new encoder on every call.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
-
-
-def _decode(text: str | None) -> JSON:
-    return None if text is None else json.loads(text)
-
-
-def _run_of(row: Sequence[Any]) -> StoredRun:
-    answers = tuple(
-        Answer(call_id=a[0], approved=bool(a[1]), note=a[2]) for a in json.loads(row[16])
-    )
-    return StoredRun(
-        run_id=row[0],
-        agent=row[1],
-        input=row[2],
-        messages=json.loads(row[3]),
-        parent_run_id=row[4],
-        created_at=float(row[5]),
-        status=row[6],
-        owner=row[7],
-        lease_expires_at=None if row[8] is None else float(row[8]),
-        previous_owner=row[9],
-        checkpoint=_decode(row[10]),
-        events=int(row[11]),
-        result=_decode(row[12]),
-        cancel=row[13],
-        stop=bool(row[14]),
-        pending=tuple(json.loads(row[15])),
-        answers=answers,
-    )
 
 
 class _Transaction:
@@ -206,7 +172,7 @@ class SQLiteRunStore(SQLiteFile):
     # ------------------------------------------------------------------ records
 
     async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
-        messages = _encode(run.messages)
+        messages = encode_json(run.messages)
 
         def job(conn: sqlite3.Connection) -> None:
             now = time.time()
@@ -235,9 +201,9 @@ class SQLiteRunStore(SQLiteFile):
     async def get(self, run_id: str) -> StoredRun | None:
         def job(conn: sqlite3.Connection) -> StoredRun | None:
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            return None if row is None else _run_of(row)
+            return None if row is None else run_of_row(row)
 
         return await self._run(job)
 
@@ -255,7 +221,7 @@ class SQLiteRunStore(SQLiteFile):
         def job(conn: sqlite3.Connection) -> Control:
             # Encoded here, in the worker thread: the event loop only hands the values over.
             rows = _rows(events)
-            state = None if checkpoint is None else _encode(checkpoint)
+            state = None if checkpoint is None else encode_json(checkpoint)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -273,7 +239,7 @@ class SQLiteRunStore(SQLiteFile):
         return await self._run(job)
 
     async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
-        result = _encode(record.result)
+        result = encode_json(record.result)
 
         def job(conn: sqlite3.Connection) -> None:
             with _Transaction(conn):
@@ -307,7 +273,7 @@ class SQLiteRunStore(SQLiteFile):
                     call_id=row[0],
                     name=row[1],
                     arguments=row[2],
-                    result=_decode(row[3]),
+                    result=decode_json(row[3]),
                 )
                 for row in conn.execute(
                     "SELECT call_id, name, arguments, result FROM run_tools "
@@ -329,10 +295,10 @@ class SQLiteRunStore(SQLiteFile):
     ) -> None:
         if not pending:
             raise ValueError("park() needs the pending calls' ids (none given)")
-        calls = _encode(list(pending))
+        calls = encode_json(list(pending))
 
         def job(conn: sqlite3.Connection) -> None:
-            rows, state = _rows(events), _encode(checkpoint)
+            rows, state = _rows(events), encode_json(checkpoint)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -355,7 +321,7 @@ class SQLiteRunStore(SQLiteFile):
         result: Mapping[str, JSON],
     ) -> None:
         def job(conn: sqlite3.Connection) -> None:
-            rows, value = _rows(events), _encode(result)
+            rows, value = _rows(events), encode_json(result)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now)
@@ -444,9 +410,9 @@ class SQLiteRunStore(SQLiteFile):
                     (owner, now + lease_s, previous, now, run_id),
                 )
                 claimed = conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
                 ).fetchone()
-            return Claim(run=_run_of(claimed), previous_owner=previous)
+            return Claim(run=run_of_row(claimed), previous_owner=previous)
 
         return await self._run(job)
 
@@ -473,7 +439,7 @@ class SQLiteRunStore(SQLiteFile):
                 ready = len(answers) == len(pending)
                 conn.execute(
                     "UPDATE runs SET answers = ?, status = ?, updated_at = ? WHERE run_id = ?",
-                    (_encode(answers), "ready" if ready else "parked", time.time(), run_id),
+                    (encode_json(answers), "ready" if ready else "parked", time.time(), run_id),
                 )
             return ready
 
@@ -525,7 +491,7 @@ class SQLiteRunStore(SQLiteFile):
 
 
 def _rows(events: Sequence[Mapping[str, JSON]]) -> list[tuple[int, str]]:
-    return [(int(e["seq"]), _encode(e)) for e in events]
+    return [(int(e["seq"]), encode_json(e)) for e in events]
 
 
 def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float) -> int:

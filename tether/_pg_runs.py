@@ -58,6 +58,7 @@ from tether.runtime import (
     StoredRun,
     ToolRecord,
 )
+from tether.runtime._runrows import RUN_COLUMNS, decode_json, encode_json, run_of_row
 from tether.runtime._runstore import JSON
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
@@ -118,10 +119,6 @@ _RUNS_V1 = (
 #: The server's clock, in seconds since the epoch: every lease is on it.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
-_RUN_COLUMNS = (
-    "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
-    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
-)
 
 #: How long a follower waits between re-reads when no notification comes (seconds).
 RECHECK_S = 60.0
@@ -130,43 +127,10 @@ RECHECK_S = 60.0
 _MAX_PAYLOAD = 7_000
 
 
-#: One encoder for every write (``json.dumps`` with options builds one per call).
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
-
-
-def _decode(text: str | None) -> JSON:
-    return None if text is None else json.loads(text)
-
-
-def _run_of(row: Sequence[Any]) -> StoredRun:
-    answers = tuple(
-        Answer(call_id=a[0], approved=bool(a[1]), note=a[2]) for a in json.loads(row[16])
-    )
-    return StoredRun(
-        run_id=row[0],
-        agent=row[1],
-        input=row[2],
-        messages=json.loads(row[3]),
-        parent_run_id=row[4],
-        created_at=float(row[5]),
-        status=row[6],
-        owner=row[7],
-        lease_expires_at=None if row[8] is None else float(row[8]),
-        previous_owner=row[9],
-        checkpoint=_decode(row[10]),
-        events=int(row[11]),
-        result=_decode(row[12]),
-        cancel=row[13],
-        stop=bool(row[14]),
-        pending=tuple(json.loads(row[15])),
-        answers=answers,
-    )
-
-
 def _event_rows(run_id: str, events: Sequence[Mapping[str, JSON]]) -> list[tuple[int, str]]:
     """The events as ``(seq, json)``, checked to follow one another (the first is checked
     against the store in the transaction)."""
-    rows = [(int(e["seq"]), _encode(e)) for e in events]
+    rows = [(int(e["seq"]), encode_json(e)) for e in events]
     for (before, _), (seq, _) in itertools.pairwise(rows):
         if seq != before + 1:
             raise ValueError(f"run {run_id!r}: event seq {seq} does not follow seq {before}")
@@ -300,7 +264,7 @@ class PostgresRunStore(PostgresDatabase):
     # --- records ---------------------------------------------------------------------
 
     async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
-        messages = _encode(run.messages)
+        messages = encode_json(run.messages)
 
         def job(conn: _Conn) -> None:
             row = conn.execute(
@@ -329,10 +293,10 @@ class PostgresRunStore(PostgresDatabase):
     async def get(self, run_id: str) -> StoredRun | None:
         def job(conn: _Conn) -> StoredRun | None:
             row = conn.execute(
-                sql.SQL(f"SELECT {_RUN_COLUMNS} FROM {{}} WHERE run_id = %s").format(self._runs),
+                sql.SQL(f"SELECT {RUN_COLUMNS} FROM {{}} WHERE run_id = %s").format(self._runs),
                 (run_id,),
             ).fetchone()
-            return None if row is None else _run_of(row)
+            return None if row is None else run_of_row(row)
 
         return await self._run(job)
 
@@ -350,7 +314,7 @@ class PostgresRunStore(PostgresDatabase):
         def job(conn: _Conn) -> Control:
             # Encoded in the worker thread, not on the event loop.
             rows = _event_rows(run_id, events)
-            state = None if checkpoint is None else _encode(checkpoint)
+            state = None if checkpoint is None else encode_json(checkpoint)
             row = self._owner_write(
                 conn,
                 run_id,
@@ -367,7 +331,7 @@ class PostgresRunStore(PostgresDatabase):
         return await self._run(job)
 
     async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
-        result = _encode(record.result)
+        result = encode_json(record.result)
 
         def job(conn: _Conn) -> None:
             self._owner_write(
@@ -403,7 +367,7 @@ class PostgresRunStore(PostgresDatabase):
                     call_id=row[0],
                     name=row[1],
                     arguments=row[2],
-                    result=_decode(row[3]),
+                    result=decode_json(row[3]),
                 )
                 for row in conn.execute(
                     sql.SQL(
@@ -430,7 +394,7 @@ class PostgresRunStore(PostgresDatabase):
 
         def job(conn: _Conn) -> None:
             rows = _event_rows(run_id, events)
-            state, calls = _encode(checkpoint), _encode(list(pending))
+            state, calls = encode_json(checkpoint), encode_json(list(pending))
             self._owner_write(
                 conn,
                 run_id,
@@ -455,7 +419,7 @@ class PostgresRunStore(PostgresDatabase):
     ) -> None:
         def job(conn: _Conn) -> None:
             rows = _event_rows(run_id, events)
-            value = _encode(result)
+            value = encode_json(result)
             self._owner_write(
                 conn,
                 run_id,
@@ -540,13 +504,13 @@ class PostgresRunStore(PostgresDatabase):
                     "'ready' THEN NULL ELSE COALESCE(owner, previous_owner) END, "
                     f"updated_at = {_NOW} WHERE run_id = %s AND (status = 'ready' OR "
                     "(status = 'running' AND (lease_expires_at IS NULL OR "
-                    f"lease_expires_at <= {_NOW}))) RETURNING {_RUN_COLUMNS}"
+                    f"lease_expires_at <= {_NOW}))) RETURNING {RUN_COLUMNS}"
                 ).format(self._runs),
                 (owner, lease_s, run_id),
             ).fetchone()
             if row is None:
                 return None
-            run = _run_of(row)
+            run = run_of_row(row)
             return Claim(run=run, previous_owner=run.previous_owner)
 
         return await self._run(job)
@@ -580,7 +544,7 @@ class PostgresRunStore(PostgresDatabase):
                         f"UPDATE {{}} SET answers = %s, status = %s, updated_at = {_NOW} "
                         "WHERE run_id = %s"
                     ).format(self._runs),
-                    (_encode(answers), "ready" if ready else "parked", run_id),
+                    (encode_json(answers), "ready" if ready else "parked", run_id),
                 )
                 if ready:
                     self._notify(conn, run_id)
