@@ -44,6 +44,7 @@ from tether.actors import (
     RunTools,
     ToolActor,
     ToolOutput,
+    ToolThreads,
     dump_output,
     spawn,
     spawn_mailbox,
@@ -371,9 +372,8 @@ class Run:
 
     def _tools_actor(self) -> ActorRef[RunTools]:
         if self._tool_actor is None:
-            settings, retries = self.agent.tool_settings, self.agent.limits.max_tool_retries
-            threads = self._services.threads
-            self._tool_actor = self._spawn("tools", lambda: ToolActor(settings, retries, threads))
+            factory = _tool_actor_factory(self.agent, self._services.threads)
+            self._tool_actor = self._spawn("tools", factory)
         return self._tool_actor
 
     def _judge_actor(self) -> ActorRef[JudgeCandidate]:
@@ -581,6 +581,12 @@ class Run:
         if self._done is not None:
             self._done.set()
         self._services.run_finished(self.id)
+
+
+def _tool_actor_factory(agent: Agent[Any, Any], threads: ToolThreads) -> Callable[[], ToolActor]:
+    settings, limits = agent.tool_settings, agent.limits
+    retries, timeout = limits.max_tool_retries, limits.timeout_s
+    return lambda: ToolActor(settings, retries, threads, run_timeout_s=timeout)
 
 
 async def _run_child(

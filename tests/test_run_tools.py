@@ -731,6 +731,38 @@ async def test_async_tool_timeout(retries: int, anyio_backend: Any) -> None:
     assert result.termination == "answered"
 
 
+@AUTOJUMP
+@pytest.mark.parametrize(("run_timeout", "outcome"), [(30.0, "timeout"), (5.0, "cancelled")])
+async def test_tool_timeout_against_the_run_deadline(
+    run_timeout: float, outcome: str, anyio_backend: Any
+) -> None:
+    """The nearer of a tool's timeout (10 s) and the run's deadline ends the call (virtual)."""
+
+    @tether.tool(timeout_s=10)
+    async def slow() -> str:
+        """Takes forever."""
+        await anyio.sleep(1000)
+        return "late"
+
+    agent, _ = make(
+        [tools_reply(call("slow")), Reply(text="moved on")],
+        [slow],
+        limits=tether.Limits(max_tool_retries=0, timeout_s=run_timeout),
+    )
+    start = anyio.current_time()
+    with anyio.fail_after(2000):
+        result = await run(agent)
+    (done,) = finished(result)
+    assert done.outcome == outcome
+    if outcome == "timeout":
+        assert result.termination == "answered"
+        assert anyio.current_time() - start == pytest.approx(10)
+    else:
+        assert result.termination == "deadline"
+        assert anyio.current_time() - start == pytest.approx(5)
+    assert_consistent(result)
+
+
 async def test_sync_and_async_tools_both_work() -> None:
     """A sync tool runs in a worker thread and an async tool on the loop; both return."""
     agent, _ = make(
