@@ -3,6 +3,7 @@ budgets, concurrency, timeouts and discovery, asserted through events and result
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -551,6 +552,29 @@ async def test_repeated_call_is_nudged_not_executed() -> None:
     assert result.usage.tool_calls == 3
     assert result.usage.steps == 5
     assert result.termination == "answered"
+
+
+def test_repeat_key_is_the_sorted_compact_json_of_the_arguments() -> None:
+    """The repeat key (kept in checkpoints) is JSONEncoder's sorted compact text, else repr."""
+    from tether.runtime import _toolround
+
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    cases: list[Any] = [
+        {},
+        {"b": [1, 2.5, None, True], "a": {"d": "é\u2028", "c": float("inf")}},
+        "text",
+        {"x": object},
+        {1: 2, "a": 3},  # keys that cannot be sorted: repr
+        circular,  # repr
+    ]
+    for value in cases:
+        try:
+            expected = encoder.encode(value)
+        except (TypeError, ValueError):
+            expected = repr(value)
+        assert _toolround._canonical(value) == expected
 
 
 async def test_model_stuck_repeating_ends_at_max_steps() -> None:
