@@ -115,11 +115,20 @@ class ToolSettings:
 
 
 class ToolActor:
-    __slots__ = ("_limiter", "_max_retries", "_settings", "_threads")
+    __slots__ = ("_limiter", "_max_retries", "_run_timeout_s", "_settings", "_threads")
 
-    def __init__(self, settings: ToolSettings, max_retries: int, threads: ToolThreads) -> None:
+    def __init__(
+        self,
+        settings: ToolSettings,
+        max_retries: int,
+        threads: ToolThreads,
+        *,
+        run_timeout_s: float | None = None,
+    ) -> None:
         self._settings = settings
         self._max_retries = max_retries
+        # The run's own timeout (Limits.timeout_s): its deadline is at most that far away.
+        self._run_timeout_s = run_timeout_s
         # Made on the first round with several calls: most rounds have one.
         self._limiter: anyio.Semaphore | None = None
         self._threads = threads
@@ -198,11 +207,16 @@ class ToolActor:
             kwargs[spec.context_parameter] = context or RunContext(run_id="", call_id=call.id)
 
         timeout = spec.timeout_s or self._settings.default_timeout_s
+        # A run deadline nearer than the call's timeout (and so than every retry's) cancels
+        # the call first: its own scope could never fire. No clock read: the deadline is
+        # at most the run's timeout away.
+        run_timeout = self._run_timeout_s
+        bounded = run_timeout is None or run_timeout >= timeout
         attempt = 0
         while True:
             attempt += 1
             failure: Outcome
-            with anyio.move_on_after(timeout) as scope:
+            with anyio.move_on_after(timeout) if bounded else _NO_TIMEOUT as scope:
                 try:
                     if spec.is_async:
                         value = await spec.fn(**kwargs)
@@ -241,6 +255,22 @@ class ToolActor:
         except Exception:
             return "fatal"  # a broken classifier must not hide a failure as success
         return kind if kind in ("model", "transient", "fatal") else "fatal"
+
+
+class _NoTimeout:
+    """In place of a call's timeout scope where the run's deadline comes first."""
+
+    __slots__ = ()
+    cancelled_caught = False
+
+    def __enter__(self) -> _NoTimeout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_TIMEOUT = _NoTimeout()
 
 
 def _done(

@@ -21,6 +21,7 @@ import copy
 import functools
 import inspect
 import json
+import pickle
 import re
 import sys
 import typing
@@ -221,6 +222,16 @@ def _check_timeout(timeout_s: object) -> None:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
 
 
+def _copy_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A deep copy of a schema: pickle's round trip runs in C, where ``copy.deepcopy``
+    takes a Python frame per node; ``deepcopy`` for what pickle refuses."""
+    try:
+        copied: Mapping[str, Any] = pickle.loads(pickle.dumps(schema, pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return copy.deepcopy(schema)
+    return copied
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class ToolSpec(Generic[DepsT_contra]):
     """A tool the model can call: what it is told, and how to call it.
@@ -268,7 +279,7 @@ class ToolSpec(Generic[DepsT_contra]):
         return ToolDef(
             name=self.name,
             description=self.description,
-            input_schema=copy.deepcopy(self.input_schema),
+            input_schema=_copy_schema(self.input_schema),
         )
 
     def validate(self, arguments: Any) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from tether.actors import (
     RunTools,
     ToolActor,
     ToolOutput,
+    ToolThreads,
     dump_output,
     spawn,
     spawn_mailbox,
@@ -223,30 +224,36 @@ class Run:
         A sub-agent's run passes ``admit=False``: it runs inside its parent's
         slot, so a full Runtime cannot deadlock a parent waiting on its child.
 
-        One cancel scope covers the wait for admission and the execution; the
+        One task group covers the wait for admission and the execution: its cancel
+        scope is the run's (cancelled once, by ``cancel``/``force_end``), and the
         run's deadline is set on it once the run is admitted.
         """
-        scope = self._scope = anyio.CancelScope()
+        scope: anyio.CancelScope | None = None
         try:
-            with scope:
+            async with anyio.create_task_group() as tg:
+                scope = self._scope = tg.cancel_scope
                 if self._cancel_reason is not None:
                     scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if self._transcript is not None:
                     await self._transcript.begin()
                 if admit:
                     async with self._services.admission():
-                        await self._execute(scope)
+                        await self._execute(tg)
                 else:
-                    await self._execute(scope)
+                    await self._execute(tg)
+        except* Exception:
+            # Also an error beside a cancellation in one group: the cancellation
+            # goes on up to the run's scope, the error ends the run crashed.
+            self._decision = Decision.end(Termination.CRASHED, traceback.format_exc())
         finally:
             if self._transcript is not None and self.result is None:
                 self._decision = await self._transcript.finish(self._decision)
             if self.result is None and (self._durable is None or not self._durable.parked):
-                self._conclude(scope.cancelled_caught)
+                self._conclude(scope is not None and scope.cancelled_caught)
             if self._durable is not None:
                 await self._durable.finish(self)  # or lets a parked run go
 
-    async def _execute(self, scope: anyio.CancelScope) -> None:
+    async def _execute(self, tg: anyio.abc.TaskGroup) -> None:
         """Run the loop in the run's task group; it sets ``_decision`` unless cancelled."""
         agent, trail = self.agent, self.trail
         if not trail:  # a resumed run's trail has it already
@@ -262,20 +269,14 @@ class Run:
             )
         self._started = anyio.current_time()
         if agent.limits.timeout_s is not None:
-            scope.deadline = self._started + agent.limits.timeout_s
+            tg.cancel_scope.deadline = self._started + agent.limits.timeout_s
+        self._start_children(tg)
         try:
-            async with anyio.create_task_group() as tg:
-                self._start_children(tg)
-                try:
-                    # Kept on the run, not returned: a cancellation that lands
-                    # while the group exits must not lose the loop's decision.
-                    self._decision = await self._loop()
-                finally:
-                    self._stop_children()
-        except* Exception:
-            # Also an error beside a cancellation in one group: the cancellation
-            # goes on up to the run's scope, the error ends the run crashed.
-            self._decision = Decision.end(Termination.CRASHED, traceback.format_exc())
+            # Kept on the run, not returned: a cancellation that lands
+            # while the group exits must not lose the loop's decision.
+            self._decision = await self._loop()
+        finally:
+            self._stop_children()
 
     def _conclude(self, caught: bool) -> None:
         """Finish with the loop's decision, or say why the run was cut short."""
@@ -371,9 +372,8 @@ class Run:
 
     def _tools_actor(self) -> ActorRef[RunTools]:
         if self._tool_actor is None:
-            settings, retries = self.agent.tool_settings, self.agent.limits.max_tool_retries
-            threads = self._services.threads
-            self._tool_actor = self._spawn("tools", lambda: ToolActor(settings, retries, threads))
+            factory = _tool_actor_factory(self.agent, self._services.threads)
+            self._tool_actor = self._spawn("tools", factory)
         return self._tool_actor
 
     def _judge_actor(self) -> ActorRef[JudgeCandidate]:
@@ -581,6 +581,12 @@ class Run:
         if self._done is not None:
             self._done.set()
         self._services.run_finished(self.id)
+
+
+def _tool_actor_factory(agent: Agent[Any, Any], threads: ToolThreads) -> Callable[[], ToolActor]:
+    settings, limits = agent.tool_settings, agent.limits
+    retries, timeout = limits.max_tool_retries, limits.timeout_s
+    return lambda: ToolActor(settings, retries, threads, run_timeout_s=timeout)
 
 
 async def _run_child(

@@ -446,10 +446,34 @@ _NONE_DONE: Sequence[ToolDone] = ()
 
 # Made once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
+# The C encoder that ``_CANONICAL`` drives, called directly: the same text with no Python
+# frame per call (JSONEncoder.encode and iterencode are Python). Checked once against
+# ``_CANONICAL``; where it is missing or differs, ``_canonical`` uses ``_CANONICAL``.
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _c_canonical(arguments: Any) -> str:
+    assert _C_ENCODER is not None
+    # A fresh ``markers`` dict each call: it detects circular input, as encode() does.
+    encode = _C_ENCODER(
+        {}, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+    return "".join(encode(arguments, 0))
+
+
+def _c_encoder_works() -> bool:
+    sample: Any = {"b": [1, 2.5, None, True, "é\n"], "a": {"z": float("inf"), "y": object}}
+    try:
+        return _C_ENCODER is not None and _c_canonical(sample) == _CANONICAL(sample)
+    except Exception:
+        return False
+
+
+_ENCODE: Callable[[Any], str] = _c_canonical if _c_encoder_works() else _CANONICAL
 
 
 def _canonical(arguments: Any) -> str:
     try:
-        return _CANONICAL(arguments)
+        return _ENCODE(arguments)
     except (TypeError, ValueError):
         return repr(arguments)

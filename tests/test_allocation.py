@@ -40,7 +40,7 @@ PARK_S = 1_000_000.0
 #: Per parked run, the most tasks and GC-tracked objects allowed, by backend.
 #: Measured: see the docstrings of the tests below.
 MAX_TASKS = {"asyncio": 2, "trio": 2}
-MAX_TRACKED = {"asyncio": 112, "trio": 120}
+MAX_TRACKED = {"asyncio": 108, "trio": 114}
 
 
 class _Parking:
@@ -102,7 +102,8 @@ async def test_a_parked_run_holds_few_tasks(anyio_backend: str) -> None:
 
 
 async def test_a_parked_run_holds_few_tracked_objects(anyio_backend: str) -> None:
-    """A parked run holds at most 112 (asyncio) / 120 (trio) GC-tracked objects
-    (measured: 106 / 113; 141 / 145 before issue 17's spawn, model-actor and channel changes)."""
+    """A parked run holds at most 108 (asyncio) / 114 (trio) GC-tracked objects
+    (measured: 104 / 109; 106 / 113 with a cancel scope around the run's task group; 141 / 145
+    before issue 17's spawn, model-actor and channel changes)."""
     _, tracked = await _parked_counts()
     assert tracked <= MAX_TRACKED[anyio_backend], f"{tracked:.1f} tracked objects per parked run"

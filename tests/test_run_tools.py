@@ -3,6 +3,7 @@ budgets, concurrency, timeouts and discovery, asserted through events and result
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -553,6 +554,29 @@ async def test_repeated_call_is_nudged_not_executed() -> None:
     assert result.termination == "answered"
 
 
+def test_repeat_key_is_the_sorted_compact_json_of_the_arguments() -> None:
+    """The repeat key (kept in checkpoints) is JSONEncoder's sorted compact text, else repr."""
+    from tether.runtime import _toolround
+
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    cases: list[Any] = [
+        {},
+        {"b": [1, 2.5, None, True], "a": {"d": "é\u2028", "c": float("inf")}},
+        "text",
+        {"x": object},
+        {1: 2, "a": 3},  # keys that cannot be sorted: repr
+        circular,  # repr
+    ]
+    for value in cases:
+        try:
+            expected = encoder.encode(value)
+        except (TypeError, ValueError):
+            expected = repr(value)
+        assert _toolround._canonical(value) == expected
+
+
 async def test_model_stuck_repeating_ends_at_max_steps() -> None:
     """A model that repeats one call forever is nudged each time and ends at `max_steps`."""
     agent, provider = make(
@@ -729,6 +753,38 @@ async def test_async_tool_timeout(retries: int, anyio_backend: Any) -> None:
     assert "0.05" in done.content
     assert calls["slow"] == retries + 1
     assert result.termination == "answered"
+
+
+@AUTOJUMP
+@pytest.mark.parametrize(("run_timeout", "outcome"), [(30.0, "timeout"), (5.0, "cancelled")])
+async def test_tool_timeout_against_the_run_deadline(
+    run_timeout: float, outcome: str, anyio_backend: Any
+) -> None:
+    """The nearer of a tool's timeout (10 s) and the run's deadline ends the call (virtual)."""
+
+    @tether.tool(timeout_s=10)
+    async def slow() -> str:
+        """Takes forever."""
+        await anyio.sleep(1000)
+        return "late"
+
+    agent, _ = make(
+        [tools_reply(call("slow")), Reply(text="moved on")],
+        [slow],
+        limits=tether.Limits(max_tool_retries=0, timeout_s=run_timeout),
+    )
+    start = anyio.current_time()
+    with anyio.fail_after(2000):
+        result = await run(agent)
+    (done,) = finished(result)
+    assert done.outcome == outcome
+    if outcome == "timeout":
+        assert result.termination == "answered"
+        assert anyio.current_time() - start == pytest.approx(10)
+    else:
+        assert result.termination == "deadline"
+        assert anyio.current_time() - start == pytest.approx(5)
+    assert_consistent(result)
 
 
 async def test_sync_and_async_tools_both_work() -> None:

@@ -273,6 +273,32 @@ async def test_actor_bug_ends_only_that_run_crashed(monkeypatch: pytest.MonkeyPa
     assert_consistent(result)
 
 
+@pytest.mark.parametrize("timeout_s", [None, 300.0])
+async def test_a_bug_in_the_run_loop_ends_it_crashed(
+    timeout_s: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception out of the run's own loop (its actors alive) ends it crashed, not deadline."""
+    from tether.runtime._run import Run
+
+    async def broken(self: Run, decision: Any) -> Any:
+        raise ZeroDivisionError("bug in the loop")
+
+    agent = tether.Agent(
+        name="buggy",
+        provider=ScriptedProvider([Reply(text="x")]),
+        limits=tether.Limits(timeout_s=timeout_s),
+    )
+    async with tether.Runtime() as rt:
+        monkeypatch.setattr(Run, "_decide", broken)
+        result = await rt.run(agent, "q")
+        monkeypatch.undo()
+        after = await rt.run(quick_agent(), "q")
+    assert result.termination is tether.Termination.CRASHED
+    assert "ZeroDivisionError: bug in the loop" in (result.error or "")
+    assert after.termination is tether.Termination.ANSWERED
+    assert_consistent(result)
+
+
 async def test_tool_actor_crash_fails_the_call_and_restarts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -24,6 +24,7 @@ from tether.actors._schema import _json_converter, _json_kind
 from tether.actors._toolspec import (
     ToolResultUnserializable,
     ToolSpec,
+    _copy_schema,
     json_schema,
     serialize_result,
     tool,
@@ -956,6 +957,29 @@ def test_definition_is_a_fresh_copy_every_time() -> None:
     assert second.input_schema == draw.input_schema
     assert second.input_schema["properties"]["shape"]["properties"]
     _assert_same_copy(draw.input_schema, second.input_schema, copy.deepcopy(draw.input_schema))
+
+
+def test_definition_copies_shared_parts_tuples_and_what_pickle_refuses() -> None:
+    """The copy keeps deepcopy's shape (shared parts, tuples), also for a part pickle refuses."""
+
+    class Local:  # a local class: pickle refuses it, deepcopy copies it
+        pass
+
+    shared = {"type": "integer"}
+    plain: dict[str, Any] = {"type": "object", "properties": {"a": shared, "b": shared}}
+    plain["enum"] = (1, 2)
+    for schema in (plain, {**plain, "x-local": Local()}):
+        copied = _copy_schema(schema)
+        expected = copy.deepcopy(schema)
+        assert copied is not schema
+        assert copied["properties"]["a"] is copied["properties"]["b"]
+        assert copied["properties"]["a"] is not shared
+        assert type(copied["enum"]) is tuple
+        assert repr({k: v for k, v in copied.items() if k != "x-local"}) == repr(
+            {k: v for k, v in expected.items() if k != "x-local"}
+        )
+    assert type(copied["x-local"]) is Local
+    assert copied["x-local"] is not schema["x-local"]
 
 
 # ---------------------------------------------------------------------------
