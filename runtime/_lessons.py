@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -27,6 +27,8 @@ import attrs
 from tether.providers import TetherError
 
 from ._sqlite import SQLiteFile
+
+_T = TypeVar("_T")
 
 #: The longest a question, feedback or answer gets inside :meth:`Lesson.as_prompt`.
 PROMPT_FIELD_CHARS = 2000
@@ -235,7 +237,55 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
 _COLUMNS = "id, scope, question, feedback, answer, created_at, run_id"
 
 
-class SQLiteLessonStore(SQLiteFile):
+class StoredLessons:
+    """``add`` and ``recall`` of a lesson store kept in a database (SQLite, PostgreSQL).
+
+    A store built on it gives ``_run(job)`` (the job in a worker thread, with a
+    connection), ``_insert(conn, lesson)``, ``_select(conn, scope, limit)`` and
+    ``_clock``; the two differ only in their SQL.
+    """
+
+    __slots__ = ()
+    _clock: Callable[[], float]
+
+    async def add(
+        self,
+        *,
+        scope: str,
+        question: str,
+        feedback: str | None,
+        answer: str | None = None,
+        run_id: str | None = None,
+    ) -> Lesson:
+        lesson = _make_lesson(
+            scope=scope,
+            question=question,
+            feedback=feedback,
+            answer=answer,
+            run_id=run_id,
+            clock=self._clock,
+        )
+        await self._run(lambda conn: self._insert(conn, lesson))
+        return lesson
+
+    async def recall(self, scope: str, limit: int) -> list[Lesson]:
+        _check_limit(limit)
+        if limit == 0:
+            await anyio.lowlevel.checkpoint()
+            return []
+        return await self._run(lambda conn: self._select(conn, scope, limit))
+
+    async def _run(self, job: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+    def _insert(self, conn: Any, lesson: Lesson) -> None:
+        raise NotImplementedError
+
+    def _select(self, conn: Any, scope: str, limit: int) -> list[Lesson]:
+        raise NotImplementedError
+
+
+class SQLiteLessonStore(SQLiteFile, StoredLessons):
     """The embedded lesson store: one SQLite file, standard-library ``sqlite3``.
 
     Every call runs in a worker thread, in WAL mode, with a versioned schema;
@@ -270,33 +320,6 @@ class SQLiteLessonStore(SQLiteFile):
         self._clock = clock
 
     # --- the async API ---------------------------------------------------------------
-
-    async def add(
-        self,
-        *,
-        scope: str,
-        question: str,
-        feedback: str | None,
-        answer: str | None = None,
-        run_id: str | None = None,
-    ) -> Lesson:
-        lesson = _make_lesson(
-            scope=scope,
-            question=question,
-            feedback=feedback,
-            answer=answer,
-            run_id=run_id,
-            clock=self._clock,
-        )
-        await self._run(lambda conn: self._insert(conn, lesson))
-        return lesson
-
-    async def recall(self, scope: str, limit: int) -> list[Lesson]:
-        _check_limit(limit)
-        if limit == 0:
-            await anyio.lowlevel.checkpoint()
-            return []
-        return await self._run(lambda conn: self._select(conn, scope, limit))
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, lesson: Lesson) -> None:

@@ -20,14 +20,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
-import anyio.lowlevel
 import cattrs
 import psycopg
 
 from tether.providers import Message
 from tether.runtime import ConversationStoreError, Lesson, LessonStoreError
 from tether.runtime._conversations import _check_id, _conflict, decode_message, encode_message
-from tether.runtime._lessons import _check_limit, _make_lesson
+from tether.runtime._lessons import StoredLessons
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 
@@ -154,7 +153,7 @@ class PostgresConversationStore(PostgresDatabase):
 _LESSON_COLUMNS = "id, scope, question, feedback, answer, created_at, run_id"
 
 
-class PostgresLessonStore(PostgresDatabase):
+class PostgresLessonStore(PostgresDatabase, StoredLessons):
     """Lessons in PostgreSQL, shared by every process and machine on the database.
 
     ``PostgresLessonStore(dsn, schema="tether", clock=time.time)``; ``clock``
@@ -188,33 +187,6 @@ class PostgresLessonStore(PostgresDatabase):
             synchronous_commit=synchronous_commit,
         )
         self._clock = clock
-
-    async def add(
-        self,
-        *,
-        scope: str,
-        question: str,
-        feedback: str | None,
-        answer: str | None = None,
-        run_id: str | None = None,
-    ) -> Lesson:
-        lesson = _make_lesson(
-            scope=scope,
-            question=question,
-            feedback=feedback,
-            answer=answer,
-            run_id=run_id,
-            clock=self._clock,
-        )
-        await self._run(lambda conn: self._insert(conn, lesson))
-        return lesson
-
-    async def recall(self, scope: str, limit: int) -> list[Lesson]:
-        _check_limit(limit)
-        if limit == 0:
-            await anyio.lowlevel.checkpoint()
-            return []
-        return await self._run(lambda conn: self._select(conn, scope, limit))
 
     def _insert(self, conn: _Conn, lesson: Lesson) -> None:
         conn.execute(
