@@ -22,8 +22,8 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio.lowlevel
 import cattrs
@@ -32,6 +32,8 @@ import cattrs.preconf.json
 from tether.providers import Message, TetherError
 
 from ._sqlite import SQLiteFile
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -159,7 +161,65 @@ def decode_message(text: str) -> Message:
     return _converter.structure(json.loads(text), Message)
 
 
-class SQLiteConversationStore(SQLiteFile):
+class StoredConversations:
+    """``load`` and ``append`` of a conversation store kept in a database (SQLite,
+    PostgreSQL). A store built on it gives ``_run(job)`` (the job in a worker
+    thread, with a connection), ``_select(conn, conversation)``,
+    ``_insert(conn, conversation, rows, expected, run_id, now)`` and
+    ``described`` (how its errors name it); the two differ only in their SQL.
+    """
+
+    __slots__ = ()
+
+    @property
+    def described(self) -> str:
+        raise NotImplementedError
+
+    async def load(self, conversation: str) -> list[Message]:
+        _check_id(conversation)
+        rows = await self._run(lambda conn: self._select(conn, conversation))
+        try:
+            return [decode_message(row) for row in rows]
+        except (ValueError, cattrs.BaseValidationError) as exc:
+            raise ConversationStoreError(
+                f"{self.described}: conversation {conversation!r} holds a "
+                f"message this tether cannot read ({exc})"
+            ) from exc
+
+    async def append(
+        self,
+        conversation: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        _check_id(conversation)
+        rows = [encode_message(m) for m in messages]
+        now = time.time()
+        await self._run(
+            lambda conn: self._insert(conn, conversation, rows, expected_length, run_id, now)
+        )
+
+    async def _run(self, job: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+    def _select(self, conn: Any, conversation: str) -> list[str]:
+        raise NotImplementedError
+
+    def _insert(
+        self,
+        conn: Any,
+        conversation: str,
+        rows: list[str],
+        expected: int | None,
+        run_id: str | None,
+        now: float,
+    ) -> None:
+        raise NotImplementedError
+
+
+class SQLiteConversationStore(SQLiteFile, StoredConversations):
     """The embedded conversation store: one SQLite file, standard-library ``sqlite3``.
 
     It shares the lesson store's plumbing (:mod:`._sqlite`): worker threads,
@@ -186,31 +246,9 @@ class SQLiteConversationStore(SQLiteFile):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0) -> None:
         super().__init__(path, busy_timeout_s=busy_timeout_s)
 
-    async def load(self, conversation: str) -> list[Message]:
-        _check_id(conversation)
-        rows = await self._run(lambda conn: self._select(conn, conversation))
-        try:
-            return [decode_message(row) for row in rows]
-        except (ValueError, cattrs.BaseValidationError) as exc:
-            raise ConversationStoreError(
-                f"conversation store {self.path!r}: conversation {conversation!r} holds a "
-                f"message this tether cannot read ({exc})"
-            ) from exc
-
-    async def append(
-        self,
-        conversation: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        _check_id(conversation)
-        rows = [encode_message(m) for m in messages]
-        now = time.time()
-        await self._run(
-            lambda conn: self._insert(conn, conversation, rows, expected_length, run_id, now)
-        )
+    @property
+    def described(self) -> str:
+        return f"conversation store {self.path!r}"
 
     @staticmethod
     def _select(conn: sqlite3.Connection, conversation: str) -> list[str]:

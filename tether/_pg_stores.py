@@ -20,12 +20,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
-import cattrs
 import psycopg
 
-from tether.providers import Message
 from tether.runtime import ConversationStoreError, Lesson, LessonStoreError
-from tether.runtime._conversations import _check_id, _conflict, decode_message, encode_message
+from tether.runtime._conversations import StoredConversations, _conflict
 from tether.runtime._lessons import StoredLessons
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
@@ -67,7 +65,7 @@ _LESSONS_V1 = (
 )
 
 
-class PostgresConversationStore(PostgresDatabase):
+class PostgresConversationStore(PostgresDatabase, StoredConversations):
     """Conversations in PostgreSQL, shared by every process and machine on the database.
 
     ``PostgresConversationStore(dsn, schema="tether")``; see :mod:`tether.postgres`.
@@ -80,31 +78,9 @@ class PostgresConversationStore(PostgresDatabase):
     migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _CONVERSATIONS_V1}
     tables = frozenset({"conversation_messages"})
 
-    async def load(self, conversation: str) -> list[Message]:
-        _check_id(conversation)
-        rows = await self._run(lambda conn: self._select(conn, conversation))
-        try:
-            return [decode_message(row) for row in rows]
-        except (ValueError, cattrs.BaseValidationError) as exc:
-            raise ConversationStoreError(
-                f"conversation store at {self.where}: conversation {conversation!r} holds a "
-                f"message this tether cannot read ({exc})"
-            ) from exc
-
-    async def append(
-        self,
-        conversation: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        _check_id(conversation)
-        rows = [encode_message(m) for m in messages]
-        now = time.time()
-        await self._run(
-            lambda conn: self._insert(conn, conversation, rows, expected_length, run_id, now)
-        )
+    @property
+    def described(self) -> str:
+        return f"conversation store at {self.where}"
 
     def _select(self, conn: _Conn, conversation: str) -> list[str]:
         query = psycopg.sql.SQL(
