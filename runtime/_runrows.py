@@ -11,8 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._runstore import JSON, Answer, StoredRun
+from ._runstore import JSON, Answer, StoredRun, ToolRecord
 
+#: The columns of a tool result's row, in the order :func:`tool_record_of_row` reads them.
+TOOL_COLUMNS = "call_id, name, arguments, result"
 #: The columns of a run's row, in the order :func:`run_of_row` reads them.
 RUN_COLUMNS = (
     "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
@@ -52,4 +54,11 @@ def run_of_row(row: Sequence[Any]) -> StoredRun:
         stop=bool(row[14]),
         pending=tuple(json.loads(row[15])),
         answers=answers,
+    )
+
+
+def tool_record_of_row(round: int, row: Sequence[Any]) -> ToolRecord:
+    """A recorded tool result's row (:data:`TOOL_COLUMNS`) of round ``round``."""
+    return ToolRecord(
+        round=round, call_id=row[0], name=row[1], arguments=row[2], result=decode_json(row[3])
     )

@@ -35,7 +35,13 @@ from collections.abc import Mapping, Sequence
 import anyio
 import anyio.lowlevel
 
-from ._runrows import RUN_COLUMNS, decode_json, encode_json, run_of_row
+from ._runrows import (
+    RUN_COLUMNS,
+    TOOL_COLUMNS,
+    encode_json,
+    run_of_row,
+    tool_record_of_row,
+)
 from ._runstore import (
     JSON,
     Answer,
@@ -268,15 +274,9 @@ class SQLiteRunStore(SQLiteFile):
     async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
         def job(conn: sqlite3.Connection) -> list[ToolRecord]:
             return [
-                ToolRecord(
-                    round=round,
-                    call_id=row[0],
-                    name=row[1],
-                    arguments=row[2],
-                    result=decode_json(row[3]),
-                )
+                tool_record_of_row(round, row)
                 for row in conn.execute(
-                    "SELECT call_id, name, arguments, result FROM run_tools "
+                    f"SELECT {TOOL_COLUMNS} FROM run_tools "
                     "WHERE run_id = ? AND round = ? ORDER BY recorded",
                     (run_id, round),
                 )

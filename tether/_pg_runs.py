@@ -58,7 +58,13 @@ from tether.runtime import (
     StoredRun,
     ToolRecord,
 )
-from tether.runtime._runrows import RUN_COLUMNS, decode_json, encode_json, run_of_row
+from tether.runtime._runrows import (
+    RUN_COLUMNS,
+    TOOL_COLUMNS,
+    encode_json,
+    run_of_row,
+    tool_record_of_row,
+)
 from tether.runtime._runstore import JSON
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
@@ -362,16 +368,10 @@ class PostgresRunStore(PostgresDatabase):
     async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
         def job(conn: _Conn) -> list[ToolRecord]:
             return [
-                ToolRecord(
-                    round=round,
-                    call_id=row[0],
-                    name=row[1],
-                    arguments=row[2],
-                    result=decode_json(row[3]),
-                )
+                tool_record_of_row(round, row)
                 for row in conn.execute(
                     sql.SQL(
-                        "SELECT call_id, name, arguments, result FROM {} "
+                        f"SELECT {TOOL_COLUMNS} FROM {{}} "
                         "WHERE run_id = %s AND round = %s ORDER BY recorded"
                     ).format(self._t("run_tools")),
                     (run_id, round),
