@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -76,8 +76,27 @@ class HttpProvider:
     def price(self) -> Price | None:
         return price_for(self.model)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled without its key: a copy (on a Ray host, in a child process) reads
+        the key from ``api_key_env`` in its own environment, so a key never travels."""
+        fields = {
+            a.alias: getattr(self, a.name) for a in attrs.fields(type(self)) if a.name != "api_key"
+        }
+        return (_rebuilt, (type(self), fields))
+
+    def __copy__(self) -> HttpProvider:
+        # A copy in this process keeps its key (pickling drops it; see __reduce__).
+        return attrs.evolve(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> HttpProvider:
+        return attrs.evolve(self)
+
     def gate_key(self) -> str:
         return f"{self.name}:{self.base_url}"
+
+
+def _rebuilt(cls: type[HttpProvider], fields: dict[str, Any]) -> HttpProvider:
+    return cls(**fields)
 
 
 def whole_response(response: ModelResponse) -> Iterator[StreamItem]:

@@ -42,7 +42,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from typing import ClassVar, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -54,6 +54,10 @@ _T = TypeVar("_T")
 
 #: Worker threads one store uses at most (per event loop).
 MAX_THREADS = 4
+#: What :meth:`SQLiteFile._fresh` makes anew in each process (never pickled).
+_LOCAL = frozenset(
+    {"_lock", "_idle", "_generation", "_schema_ready", "_schema_lock", "_limiter_var"}
+)
 
 
 class SQLiteFile:
@@ -93,6 +97,11 @@ class SQLiteFile:
         if not busy_timeout_s >= 0:
             raise ValueError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
         self.busy_timeout_s = float(busy_timeout_s)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The process-local machinery: no connection, lock or limiter is ever pickled."""
+        name = type(self).__name__
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         # Bumped by close(): a connection of an older generation is closed, not pooled.
@@ -106,6 +115,15 @@ class SQLiteFile:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
+
+    # A store travels (to a Ray host, a child process) as its settings: the copy
+    # opens its own connections to the same file when first used.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in _LOCAL}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._fresh()
 
     async def aclose(self) -> None:
         """Close the store's connections (a later call opens new ones)."""

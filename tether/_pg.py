@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -126,6 +126,10 @@ class PostgresDatabase:
     migrations: ClassVar[Mapping[int, Sequence[str]]]
     #: The tables the component creates (checked before it creates them).
     tables: ClassVar[frozenset[str]]
+    #: What :meth:`_fresh` makes anew in each process (never pickled).
+    _local: ClassVar[frozenset[str]] = frozenset(
+        {"_lock", "_pool", "_schema_ready", "_schema_lock", "_limiter_var"}
+    )
 
     def __init__(
         self,
@@ -162,6 +166,11 @@ class PostgresDatabase:
         self.max_connections = max_connections
         self.connect_timeout_s = float(connect_timeout_s)
         self.statement_timeout_s = float(statement_timeout_s)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The process-local machinery: no pool, lock or limiter is ever pickled."""
+        name = type(self).__name__
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._schema_ready = False
@@ -177,6 +186,16 @@ class PostgresDatabase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({redact(self._dsn)!r}, schema={self.schema!r})"
+
+    # A store travels (to a Ray host, a child process) as its settings, the DSN
+    # included (keep a password out of it: libpq reads PGPASSWORD or ~/.pgpass on
+    # each machine); the copy opens its own pool when first used.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in self._local}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._fresh()
 
     async def aclose(self) -> None:
         """Close the store's connections (a later call opens new ones)."""

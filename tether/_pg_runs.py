@@ -185,6 +185,11 @@ class PostgresRunStore(PostgresDatabase):
         digest = hashlib.sha1(self.schema.encode(), usedforsecurity=False).hexdigest()[:16]
         #: The NOTIFY channel of this schema's runs.
         self.channel = f"tether_runs_{digest}"
+
+    _local = PostgresDatabase._local | {"_listener"}
+
+    def _fresh(self) -> None:
+        super()._fresh()
         self._listener = ListenerSlot()
 
     # --- tables ----------------------------------------------------------------------
