@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import attrs
 
@@ -20,12 +22,14 @@ class ProviderGate:
     are in flight, and when one run is told to wait, every run waits it out.
     """
 
-    __slots__ = ("_limit", "_paused_until", "_slots")
+    __slots__ = ("_limit", "_paused_until", "_slots", "on_pause")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_pause: Callable[[float], object] | None = None) -> None:
         self._limit = limit
         self._slots = anyio.Semaphore(limit)
         self._paused_until = 0.0
+        #: Told of every pause this gate starts itself (a fleet passes it to its other hosts).
+        self.on_pause = on_pause
 
     def acquire_nowait(self) -> bool:
         """Take a slot if one is free (no checkpoint); ``False`` when all are taken."""
@@ -43,8 +47,11 @@ class ProviderGate:
         """Give back the slot :meth:`acquire_nowait` or :meth:`acquire` took."""
         self._slots.release()
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, *, tell: bool = True) -> None:
+        """Hold every request for ``seconds``; ``tell=False``: the pause came from elsewhere."""
         self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
+        if tell and self.on_pause is not None:
+            self.on_pause(seconds)
 
     async def wait_open(self) -> float:
         """Wait while the gate is paused; return the seconds waited (0.0 when open)."""

@@ -59,6 +59,8 @@ class RuntimeServices:
         self.run_finished = run_finished
         #: The connections to toolsets (MCP servers), opened on first use.
         self.toolsets = ToolsetHub()
+        #: Told ``(gate key, seconds)`` when a gate pauses after a 429 (a fleet's hosts).
+        self.on_gate_pause: Callable[[str, float], object] | None = None
 
     def admission(self) -> AbstractAsyncContextManager[Any]:
         return self._admission if self._admission is not None else nullcontext()
@@ -69,5 +71,18 @@ class RuntimeServices:
             return None
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = ProviderGate(self._provider_concurrency)
+            gate = self._gate(key)
         return gate
+
+    def _gate(self, key: str) -> ProviderGate:
+        hook = self.on_gate_pause
+        gate = self._gates[key] = ProviderGate(
+            self._provider_concurrency,
+            None if hook is None else lambda seconds: hook(key, seconds),
+        )
+        return gate
+
+    def pause_gate(self, key: str, seconds: float) -> None:
+        """Pause endpoint ``key`` for ``seconds``: another process got its 429."""
+        gate = self._gates.get(key) or self._gate(key)
+        gate.pause(seconds, tell=False)
