@@ -1,0 +1,393 @@
+"""One host of a :class:`tether.ray.RayRuntime`: a Ray actor running a tether ``Runtime``.
+
+The class is plain Python; :mod:`tether.ray` makes it an async Ray actor
+(``ray.remote(Host)``), so each host lives in its own worker process and runs
+its methods as coroutines on that process's asyncio loop. Its ``Runtime``
+lives in one task of that loop (opened by the first call after the host starts
+or restarts), so every method finds it running.
+
+What crosses the process boundary is plain data: run ids, inputs, events and
+results in their JSON forms (:func:`tether.events.dump`, :meth:`RunResult.dump`).
+The agents come once, with the host's construction (or with the first run of
+an agent the host has not seen); deps come with each run.
+
+Following a run (:meth:`Host.follow` then :meth:`Host.poll`) is a long poll
+on a cursor the host keeps: each poll returns what has happened since the
+last one, in one batch, so a reader costs one Ray call per batch rather than
+one per event, and the run never waits for its readers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import anyio
+import attrs
+
+import tether.runtime._events as ev
+from tether.runtime import Agent, Limits, RunHandle, Runtime
+from tether.runtime._deltas import DeltaBuffer
+from tether.runtime._run import Run
+from tether.runtime._runstore import RunStore
+
+#: What a follower reads: the kept events; the kept events with the live deltas; the text.
+Kind = Literal["events", "live", "text"]
+#: Where a run stands, as a poll or a result answers it: ``live`` (more to come
+#: here), ``finished`` (it ended here), ``moved`` (it left this host: parked in
+#: the store, or another host owns it now), ``unknown`` (this host never had it).
+Status = Literal["live", "finished", "moved", "unknown"]
+
+#: How long a finished run's result stays on its host for its handles to collect.
+KEEP_FINISHED_S = 600.0
+#: A follower not polled for this long is dropped (its reader went away).
+IDLE_FOLLOW_S = 120.0
+#: The most items one poll returns.
+MAX_BATCH = 2_000
+
+
+@attrs.frozen(kw_only=True)
+class HostConfig:
+    """What every host of a RayRuntime is built with (pickled once per host)."""
+
+    agents: tuple[Agent[Any, Any], ...]
+    store: RunStore | None
+    conversations: Any
+    lease_s: float
+    max_concurrent_runs: int | None
+    provider_concurrency: int
+    tool_threads: int
+    shutdown_grace_s: float
+    #: The fleet's budget (see :mod:`tether._ray_fleet`), or ``None``.
+    limits: Limits | None = None
+    #: The fleet's coordinator actor (budget slices, 429 pauses), or ``None``.
+    coordinator: Any = None
+    hosts: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class HostInfo:
+    """A host as the caller sees it: its place, its process, its load."""
+
+    index: int
+    #: The host's ``Runtime`` owner id in the run store's leases.
+    owner: str
+    pid: int
+    node: str
+    running: int
+    #: Monotonic per process start: a restarted host has a new one.
+    started_at: float
+
+
+class _Follow:
+    """One reader's cursor on one run (see the module docstring)."""
+
+    __slots__ = ("buffer", "index", "kind", "run", "touched", "trail")
+
+    def __init__(self, run: Run, kind: Kind, start: int) -> None:
+        self.run, self.kind, self.trail = run, kind, run.trail
+        self.index = start
+        self.buffer: DeltaBuffer | None = None
+        if kind != "events":
+            self.buffer = self.trail.listen(DeltaBuffer(text_only=kind == "text"))
+        self.touched = time.monotonic()
+
+    def drain(self) -> list[Any]:
+        """What is there to read now, in order (at most :data:`MAX_BATCH` items)."""
+        trail, buffer = self.trail, self.buffer
+        if buffer is not None and buffer.text_only:
+            texts: list[Any] = []
+            while len(buffer) and len(texts) < MAX_BATCH:
+                delta = buffer.pop()
+                assert isinstance(delta, ev.TextDelta)
+                texts.append(delta.text)
+            return texts
+        if buffer is None or not len(buffer):
+            end = min(len(trail), self.index + MAX_BATCH)
+            out = trail.dumped(self.index)[: end - self.index]
+            self.index = end
+            return out
+        out = []
+        while len(out) < MAX_BATCH:
+            if buffer.ready(self.index):
+                out.append(ev.dump(buffer.pop()))
+            elif self.index < len(trail):
+                out.append(ev.dump(trail.event(self.index)))
+                self.index += 1
+            else:
+                break
+        return out
+
+    def done(self) -> bool:
+        """The run's trail is over here and this reader has read all of it."""
+        trail, buffer = self.trail, self.buffer
+        if buffer is not None and len(buffer):
+            return False
+        return trail.finished and (self.kind == "text" or self.index >= len(trail))
+
+    def close(self) -> None:
+        if self.buffer is not None:
+            self.trail.forget(self.buffer)
+            self.buffer = None
+
+
+class Host:
+    """A tether ``Runtime`` in a Ray actor (see the module docstring)."""
+
+    def __init__(self, index: int, config: HostConfig) -> None:
+        self.index, self.config = index, config
+        self.agents: dict[str, Agent[Any, Any]] = {a.name: a for a in config.agents}
+        self._rt: Runtime | None = None
+        self._opening: asyncio.Future[None] | None = None
+        self._closing = asyncio.Event()
+        self._main: asyncio.Task[None] | None = None
+        #: Runs this host started or resumed, kept until collected (see KEEP_FINISHED_S).
+        self._runs: dict[str, Run] = {}
+        self._finished_at: dict[str, float] = {}
+        self._follows: dict[int, _Follow] = {}
+        self._ids = itertools.count(1)
+        self._started_at = time.time()
+
+    # ------------------------------------------------------------------ the Runtime
+
+    async def _runtime(self) -> Runtime:
+        if self._rt is None:
+            if self._opening is None:
+                self._opening = asyncio.get_running_loop().create_future()
+                self._main = asyncio.create_task(self._serve(self._opening))
+            await asyncio.shield(self._opening)
+        assert self._rt is not None
+        return self._rt
+
+    async def _serve(self, ready: asyncio.Future[None]) -> None:
+        config = self.config
+        try:
+            rt = Runtime(
+                max_concurrent_runs=config.max_concurrent_runs,
+                provider_concurrency=config.provider_concurrency,
+                tool_threads=config.tool_threads,
+                shutdown_grace_s=config.shutdown_grace_s,
+                conversations=config.conversations,
+                store=config.store,
+                agents=list(config.agents) if config.store is not None else (),
+                lease_s=config.lease_s,
+                resume=config.store is not None,
+            )
+            fleet = None
+            if config.coordinator is not None:
+                from tether._ray_fleet import FleetLink
+
+                fleet = FleetLink(config.coordinator, self.index)
+                fleet.before(rt, config.limits)
+            async with rt:
+                if fleet is not None:
+                    fleet.after(rt)
+                self._rt = rt
+                ready.set_result(None)
+                while not self._closing.is_set():
+                    with anyio.move_on_after(10.0):
+                        await self._closing.wait()
+                    self._sweep()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+        finally:
+            self._rt = None
+
+    def _sweep(self) -> None:
+        """Forget results nobody collected, and followers nobody polls any more."""
+        now = time.monotonic()
+        for run_id, at in list(self._finished_at.items()):
+            if now - at > KEEP_FINISHED_S:
+                self._runs.pop(run_id, None)
+                del self._finished_at[run_id]
+        for fid, follow in list(self._follows.items()):
+            if now - follow.touched > IDLE_FOLLOW_S:
+                follow.close()
+                del self._follows[fid]
+
+    def _run(self, run_id: str) -> Run | None:
+        """The run ``run_id`` as this host knows it: started or resumed here."""
+        run = self._runs.get(run_id)
+        if run is None and self._rt is not None:
+            run = self._rt._runs.get(run_id)  # resumed here by the keeper
+            if run is not None:
+                self._runs[run_id] = run
+        return run
+
+    # ------------------------------------------------------------------ the caller's calls
+
+    async def info(self) -> HostInfo:
+        """Who this host is and how loaded (also opens a restarted host's Runtime)."""
+        rt = await self._runtime()
+        keeper = rt._keeper
+        return HostInfo(
+            index=self.index,
+            owner=keeper.owner if keeper is not None else f"host-{self.index}:{os.getpid()}",
+            pid=os.getpid(),
+            node=socket.gethostname(),
+            running=rt.running,
+            started_at=self._started_at,
+        )
+
+    async def start(
+        self,
+        run_id: str,
+        agent_name: str,
+        input: Any,
+        options: dict[str, Any],
+        agent: Agent[Any, Any] | None = None,
+        follows: Sequence[Kind] = (),
+    ) -> list[int]:
+        """Start a run here (its arguments were checked by the caller); with a
+        cursor of each kind in ``follows`` opened from its start (their ids)."""
+        rt = await self._runtime()
+        if agent is not None:
+            self.agents[agent.name] = agent
+            if rt._keeper is not None:
+                rt._keeper.agents.setdefault(agent.name, agent)
+        found = self.agents.get(agent_name)
+        if found is None:
+            raise LookupError(f"unknown agent {agent_name!r}")
+        handle = rt.start(found, input, run_id=run_id, **options)
+        run = handle._run
+        self._runs[run_id] = run
+        return [self._open(run, kind, 0) for kind in follows]
+
+    def _open(self, run: Run, kind: Kind, start: int) -> int:
+        fid = next(self._ids)
+        self._follows[fid] = _Follow(run, kind, start)
+        return fid
+
+    async def result(self, run_id: str) -> tuple[Status, dict[str, Any] | None, str | None]:
+        """The run's result once it has one (``finished``), and its agent's name;
+        ``unknown`` when this host does not have the run."""
+        await self._runtime()
+        run = self._run(run_id)
+        if run is None:
+            return "unknown", None, None
+        result = await RunHandle[Any](run).result()
+        self._finished_at.setdefault(run_id, time.monotonic())
+        return "finished", result.dump(), run.agent.name
+
+    def forget(self, run_id: str) -> None:
+        """The caller has the result: this host need not keep it."""
+        self._runs.pop(run_id, None)
+        self._finished_at.pop(run_id, None)
+
+    async def follow(self, run_id: str, kind: Kind, start: int, after_seam: int) -> int | None:
+        """A cursor on run ``run_id`` from kept event ``start`` (``None``: not here).
+
+        ``after_seam``: the seq of the last ``RunResumed`` the reader saw (-1:
+        none). A reader coming over from a host that died may have read events
+        past the checkpoint the run was resumed from; it goes on from the first
+        newer seam if that comes before ``start`` (see :mod:`tether.ray`).
+        """
+        await self._runtime()
+        run = self._run(run_id)
+        if run is None:
+            return None
+        trail = run.trail
+        if kind != "text":
+            for seq in range(after_seam + 1, min(start, len(trail))):
+                if isinstance(trail.event(seq), ev.RunResumed):
+                    start = seq
+                    break
+        return self._open(run, kind, start)
+
+    async def poll(
+        self, fid: int, timeout_s: float, linger_s: float = 0.002
+    ) -> tuple[list[Any], Status]:
+        """What the follower has not read yet: waits up to ``timeout_s`` for something."""
+        follow = self._follows.get(fid)
+        if follow is None:
+            return [], "unknown"
+        follow.touched = time.monotonic()
+        trail = follow.trail
+        items: list[Any] = []
+        with anyio.move_on_after(timeout_s):
+            while not (items := follow.drain()) and not trail.finished:
+                await trail.wait_change()
+        if items and linger_s and not trail.finished and len(items) < MAX_BATCH:
+            # A short wait gathers what the run does next into the same batch.
+            await anyio.sleep(linger_s)
+            items += follow.drain()
+        if not follow.done():
+            return items, "live"
+        follow.close()
+        del self._follows[fid]
+        return items, "finished" if follow.run.result is not None else "moved"
+
+    def unfollow(self, fid: int) -> None:
+        follow = self._follows.pop(fid, None)
+        if follow is not None:
+            follow.close()
+
+    async def cancel(self, run_id: str, reason: str) -> None:
+        """Cancel the run: in flight here, or (with a store) wherever it is."""
+        rt = await self._runtime()
+        run = self._run(run_id)
+        if run is not None and run.result is None and not _left(run):
+            run.cancel(reason)
+            return
+        with contextlib.suppress(KeyError):
+            rt.handle(run_id).cancel(reason)
+
+    async def stop(self, run_id: str) -> None:
+        rt = await self._runtime()
+        run = self._run(run_id)
+        if run is not None and run.result is None and not _left(run):
+            run.stop()
+            return
+        with contextlib.suppress(KeyError):
+            rt.handle(run_id).stop()
+
+    async def answer(self, run_id: str, call_id: str, approved: bool, note: str | None) -> None:
+        """Approve or reject a held call: of a run in flight here, or parked in the store."""
+        rt = await self._runtime()
+        if approved:
+            await rt.approve(run_id, call_id)
+        else:
+            await rt.reject(run_id, call_id, note or "rejected")
+        self._run(run_id)  # resumed here by the answer: keep it for its handles
+
+    async def pending(self, run_id: str) -> list[dict[str, Any]]:
+        rt = await self._runtime()
+        return [attrs.asdict(p) for p in await rt.pending_approvals(run_id)]
+
+    async def has(self, run_id: str) -> bool:
+        await self._runtime()
+        return self._run(run_id) is not None
+
+    def pause(self, key: str, seconds: float) -> None:
+        """Another host got a 429 with retry-after from this endpoint: wait it out here too."""
+        rt = self._rt
+        if rt is not None and rt._services is not None:
+            rt._services.pause_gate(key, seconds)
+
+    async def close(self, graceful: bool = True) -> None:
+        """Exit the Runtime: runs get its shutdown grace (none unless ``graceful``),
+        then are cancelled."""
+        if not graceful and self._rt is not None:
+            self._rt.shutdown_grace_s = 0.0
+        self._closing.set()
+        main = self._main
+        if main is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await main
+
+
+def _left(run: Run) -> bool:
+    """The run left this host (parked in the store, or lost to another owner)."""
+    durable = run._durable
+    return durable is not None and durable.parked
+
+
+__all__ = ["Host", "HostConfig", "HostInfo", "Kind", "Status"]

@@ -1,0 +1,906 @@
+"""Runs across processes and machines, on Ray (DESIGN §21; extra ``ray``).
+
+::
+
+    from tether.ray import RayRuntime
+
+    async with RayRuntime(hosts=4, store=PostgresRunStore(dsn), agents=[planner]) as rt:
+        handle = rt.start(planner, "...")        # the Runtime's interface
+        async for event in handle.events(deltas=True):
+            ...
+        result = await handle.result()
+
+A :class:`RayRuntime` has the :class:`tether.Runtime` interface. Behind it,
+each **host** is an async Ray actor (its own process, wherever Ray places it)
+running a tether ``Runtime`` on asyncio (:mod:`tether._ray_host`). Ray does
+the placement, the restarts and the transport; tether builds no cluster of
+its own.
+
+* **Placement.** A run goes to the least-loaded live host (the runs each
+  host reports in flight, refreshed twice a second, plus those sent since).
+  The runs of one conversation go to one host while it lives, so they keep
+  their order. ``start(..., host=i)`` pins a run.
+* **What travels.** The agents (with their tools) go to each host once, with
+  its construction or with its first run of that agent (cloudpickle). A
+  provider travels without its API key and reads it from the host's own
+  environment; each host has its own HTTP connection pools. A store travels as
+  its settings and opens its own connections. Deps travel with each run.
+  Results and events come back in tether's JSON forms.
+* **The caller** may be on asyncio or trio. A handle waiting on a host holds
+  no thread: it waits on the Ray object's future (:mod:`tether._ray_bridge`).
+  Following a run is a long poll that returns a batch per call.
+* **Failover.** With a run store shared by the hosts (``SQLiteRunStore`` on
+  one machine, ``PostgresRunStore`` on many), the runs of a host that dies
+  are resumed by the surviving hosts (or by the host Ray restarts) from their
+  last checkpoint, once their lease (``lease_s``) expires (DESIGN §20).
+  Handles keep working: ``result()`` returns the resumed run's result, and an
+  event stream goes on with the resumed run's ``RunResumed`` seam. The events
+  the dead host had emitted after its last checkpoint (the round in flight,
+  which is done again) were not stored: a stream that had shown them rewinds
+  to the seam, whose ``seq`` follows the last stored event. So the trail
+  stays gap-free, and a reader that keeps events by ``seq`` replaces those
+  of the round done again. Without a shared store a dead host's runs end
+  ``crashed``, with the reason.
+* **Fleet-wide limits** (:mod:`tether._ray_fleet`). ``limits=`` is a token
+  and cost budget over all hosts, which lease slices of it from one ledger
+  actor; a 429 with retry-after pauses that endpoint on every host; and
+  ``provider_concurrency`` is per endpoint across the fleet (each host gets
+  an equal share).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any, Generic
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+
+try:
+    import ray
+    import ray.exceptions
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("tether.ray needs Ray: pip install 'tether[ray]'") from exc
+
+import tether.runtime._events as ev
+from tether._ray_bridge import wait_ref
+from tether._ray_host import Host, HostConfig, HostInfo, Kind
+from tether.providers import Message, ModelSettings
+from tether.runtime import (
+    Agent,
+    BudgetExhausted,
+    ConversationStore,
+    InMemoryConversationStore,
+    Limits,
+    RunResult,
+    RunStore,
+    Termination,
+    Usage,
+)
+from tether.runtime._agent import DepsT, OutputT
+from tether.runtime._history import check_history
+from tether.runtime._input import RunInput, parts_input
+from tether.runtime._perrun import prepare
+from tether.runtime._runtime import PendingApproval, RuntimeClosed
+from tether.runtime._storedhandle import StoredRun
+
+#: The errors that mean a host's process is gone (or restarting).
+HOST_LOST: tuple[type[BaseException], ...] = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+)
+
+#: How long one poll of a follower waits on its host for something new.
+POLL_S = 10.0
+#: How often the caller refreshes what each host reports (load, liveness).
+MONITOR_S = 0.5
+#: How long a host may take to start (its process, its Runtime).
+HOST_START_S = 60.0
+#: How often a handle whose run is between hosts looks for it again.
+RELOCATE_S = 0.25
+
+
+def shares(hosts: int, provider_concurrency: int) -> list[int]:
+    """Each host's share of the fleet's ``provider_concurrency`` per endpoint."""
+    share, extra = divmod(provider_concurrency, hosts)
+    return [share + (1 if i < extra else 0) for i in range(hosts)]
+
+
+class RayRuntime:
+    """The :class:`tether.Runtime` interface over ``hosts`` Ray actors (see the module).
+
+    ``address``: ``None`` uses the Ray of this process, starting a local
+    cluster if there is none (stopped again on exit); ``"auto"`` or
+    ``"ray://..."`` connects to a running cluster. ``ray_init`` are more
+    keyword arguments for ``ray.init``; ``host_options`` are the host actors'
+    Ray options (``num_cpus=1`` by default, so Ray spreads hosts over
+    machines; ``max_restarts``: how often Ray restarts a host that died).
+
+    ``store``, ``agents``, ``lease_s`` are the hosts' durable side (DESIGN
+    §20): every host resumes the runs whose owner died. ``conversations``
+    must be a store every host reaches (SQLite or PostgreSQL). ``limits``
+    is a budget over all hosts; ``provider_concurrency`` is per endpoint over
+    all hosts; ``max_concurrent_runs`` and ``tool_threads`` are per host.
+    """
+
+    def __init__(
+        self,
+        *,
+        hosts: int = 2,
+        store: RunStore | None = None,
+        agents: Sequence[Agent[Any, Any]] = (),
+        address: str | None = None,
+        limits: Limits | None = None,
+        conversations: ConversationStore | None = None,
+        max_concurrent_runs: int | None = None,
+        provider_concurrency: int = 64,
+        tool_threads: int = 32,
+        shutdown_grace_s: float = 10.0,
+        lease_s: float = 30.0,
+        max_restarts: int = 5,
+        host_options: dict[str, Any] | None = None,
+        ray_init: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(hosts, int) or hosts < 1:
+            raise ValueError(f"RayRuntime(hosts=...) must be a positive int, got {hosts!r}")
+        if not isinstance(provider_concurrency, int) or provider_concurrency < hosts:
+            raise ValueError(
+                "RayRuntime(provider_concurrency=...) is per endpoint over all hosts, so it "
+                f"must be an int >= hosts ({hosts}), got {provider_concurrency!r}"
+            )
+        if store is not None and not isinstance(store, RunStore):
+            raise TypeError(
+                "RayRuntime(store=...) must be a tether.RunStore that every host reaches "
+                f"(tether.SQLiteRunStore, tether.postgres.PostgresRunStore), got {store!r}"
+            )
+        if isinstance(conversations, InMemoryConversationStore):
+            raise ValueError(
+                "RayRuntime(conversations=...) must be a store every host reaches "
+                "(tether.SQLiteConversationStore, tether.postgres.PostgresConversationStore); "
+                "an InMemoryConversationStore would be a separate copy on each host"
+            )
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"RayRuntime(limits=...) must be a tether.Limits, got {limits!r}")
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"RayRuntime(address=...) must be None or a str, got {address!r}")
+        self._agents: dict[str, Agent[Any, Any]] = {}
+        for agent in agents:
+            self._know(agent)
+        self.store = store
+        self.address = address
+        self.limits = limits
+        self.lease_s = lease_s
+        self._n = hosts
+        self._ray_init = dict(ray_init or {})
+        self._host_options = {"num_cpus": 1, "max_restarts": max_restarts} | dict(
+            host_options or {}
+        )
+        self._config = [
+            HostConfig(
+                agents=tuple(self._agents.values()),
+                store=store,
+                conversations=conversations,
+                lease_s=lease_s,
+                max_concurrent_runs=max_concurrent_runs,
+                provider_concurrency=share,
+                tool_threads=tool_threads,
+                shutdown_grace_s=shutdown_grace_s,
+                limits=limits,
+                hosts=hosts,
+            )
+            for share in shares(hosts, provider_concurrency)
+        ]
+        self.conversations = conversations
+        self._hosts: list[Any] = []
+        self._config_refs: list[Any] = []
+        self._infos: list[HostInfo | None] = []
+        self._sent: list[int] = []
+        self._shipped: list[set[str]] = []
+        self._sticky: dict[str, int] = {}
+        self._coordinator: Any = None
+        self._tg: TaskGroup | None = None
+        self._started_ray = False
+        self._handles: dict[str, RayRunHandle[Any]] = {}
+        self._ids = itertools.count(1)
+        self._prefix = os.urandom(3).hex()
+        self._budget_spent = False
+
+    def _know(self, agent: Agent[Any, Any]) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"RayRuntime wants tether.Agents, got {agent!r}")
+        if self._agents.setdefault(agent.name, agent) is not agent:
+            raise ValueError(
+                f"two different agents are named {agent.name!r}: hosts find agents by "
+                "name, so names must be unique in a RayRuntime"
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> RayRuntime:
+        if self._tg is not None:
+            raise RuntimeError("this RayRuntime is already running")
+        if self.store is not None:  # a store that cannot be used fails here, not per run
+            await self.store.claimable(limit=1)
+        if not ray.is_initialized():
+            await anyio.to_thread.run_sync(self._init_ray)
+            self._started_ray = True
+        actor = ray.remote(Host)
+        options = {"max_concurrency": 100_000, "max_task_retries": 0} | self._host_options
+        if self.limits is not None or self._n > 1:
+            from tether._ray_fleet import Coordinator
+
+            self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(self.limits)
+            self._config = [attrs.evolve(c, coordinator=self._coordinator) for c in self._config]
+        # Kept in the object store while the fleet lives: Ray rebuilds a host that it
+        # restarts from these (its agents included).
+        self._config_refs = [ray.put(config) for config in self._config]
+        self._hosts = [
+            actor.options(**options).remote(i, ref) for i, ref in enumerate(self._config_refs)
+        ]
+        if self._coordinator is not None:
+            await wait_ref(self._coordinator.join.remote(self._hosts))
+        self._infos = [None] * self._n
+        self._sent = [0] * self._n
+        self._shipped = [set(self._agents) for _ in range(self._n)]
+        try:
+            await self._refresh(strict=True)
+        except BaseException:
+            await self._teardown()
+            raise
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        tg.start_soon(self._monitor, name="tether-ray-monitor")
+        return self
+
+    def _init_ray(self) -> None:
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if self.address is None:
+            # Logical CPUs: each host asks for one (host_options), wherever it runs.
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, self._n)
+        else:
+            kwargs["address"] = self.address
+        ray.init(**(kwargs | self._ray_init))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg = self._tg
+        assert tg is not None
+        tg.cancel_scope.cancel()
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self._teardown(graceful=exc_type is None)
+
+    async def _teardown(self, *, graceful: bool = True) -> None:
+        """Close every host's Runtime (its runs get the shutdown grace), then the actors."""
+
+        async def close(host: Any) -> None:
+            with contextlib.suppress(Exception):
+                await wait_ref(host.close.remote(graceful))
+
+        async with anyio.create_task_group() as tg:
+            for host in self._hosts:
+                tg.start_soon(close, host)
+        for host in [*self._hosts, self._coordinator]:
+            if host is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(host, no_restart=True)
+        self._hosts, self._coordinator, self._config_refs = [], None, []
+        if self.store is not None:
+            await self.store.aclose()
+        if self._started_ray:
+            self._started_ray = False
+            await anyio.to_thread.run_sync(ray.shutdown)
+
+    async def _monitor(self) -> None:
+        while True:
+            await anyio.sleep(MONITOR_S)
+            await self._refresh()
+
+    async def _refresh(self, *, strict: bool = False) -> None:
+        """Ask every host who it is and how loaded (a restarted host opens its Runtime)."""
+
+        async def ask(i: int, host: Any) -> None:
+            try:
+                with anyio.fail_after(HOST_START_S if strict else 5):
+                    info: HostInfo = await wait_ref(host.info.remote())
+            except Exception as exc:
+                if strict:
+                    raise RuntimeError(f"RayRuntime: host {i} did not start: {exc}") from exc
+                self._infos[i] = None
+                return
+            old = self._infos[i]
+            if old is not None and old.started_at != info.started_at:
+                self._shipped[i] = {a.name for a in self._config[i].agents}  # a new process
+            self._infos[i], self._sent[i] = info, 0
+
+        if strict:  # at start: the first host that cannot start fails the RayRuntime
+            for i, host in enumerate(self._hosts):
+                await ask(i, host)
+        else:
+            async with anyio.create_task_group() as tg:
+                for i, host in enumerate(self._hosts):
+                    tg.start_soon(ask, i, host)
+        if self._coordinator is not None and self.limits is not None:
+            with contextlib.suppress(*HOST_LOST):
+                self._budget_spent = await wait_ref(self._coordinator.spent.remote())
+
+    # ------------------------------------------------------------------ placement
+
+    def _pick(self, conversation: str | None) -> int:
+        if conversation is not None:
+            i = self._sticky.get(conversation)
+            if i is not None and self._infos[i] is not None:
+                return i
+        live = [i for i, info in enumerate(self._infos) if info is not None]
+        if not live:
+            live = list(range(self._n))  # all restarting: Ray queues the call
+        i = min(live, key=lambda j: (self._load(j), j))
+        if conversation is not None:
+            self._sticky[conversation] = i
+        return i
+
+    def _load(self, i: int) -> int:
+        info = self._infos[i]
+        return (info.running if info is not None else 0) + self._sent[i]
+
+    def _spawn(self, job: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        if self._tg is None:
+            raise RuntimeClosed("use the RayRuntime inside 'async with RayRuntime() as rt:'")
+        self._tg.start_soon(job)
+
+    async def _locate(self, run_id: str) -> int | None:
+        """The host that has run ``run_id`` in flight (or its result), if any."""
+        found: list[int] = []
+
+        async def ask(i: int, host: Any) -> None:
+            with contextlib.suppress(*HOST_LOST), anyio.move_on_after(5):
+                if await wait_ref(host.has.remote(run_id)):
+                    found.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i, host in enumerate(self._hosts):
+                if self._infos[i] is not None:
+                    tg.start_soon(ask, i, host)
+        return found[0] if found else None
+
+    def _any_host(self) -> int:
+        return self._pick(None)
+
+    # ------------------------------------------------------------------ runs
+
+    def new_run_id(self) -> str:
+        return f"run-{self._prefix}-{next(self._ids)}"
+
+    def start(
+        self,
+        agent: Agent[DepsT, OutputT],
+        input: RunInput,
+        *,
+        run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
+        host: int | None = None,
+    ) -> RayRunHandle[OutputT]:
+        """Start a run on the least-loaded host (or on ``host``) and return its handle at once.
+
+        The arguments are those of :meth:`tether.Runtime.start`, checked here, so
+        bad ones raise here as they would there.
+        """
+        if self._tg is None:
+            raise RuntimeClosed("use the RayRuntime inside 'async with RayRuntime() as rt:'")
+        if not isinstance(agent, Agent):
+            raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
+        self._know(agent)
+        if not isinstance(input, str):
+            parts_input(input)  # checked here, sent as given
+        prepare(agent, settings, deps)
+        if history is not None:
+            check_history(history)
+        if conversation is not None:
+            if self.conversations is None:
+                raise ValueError(
+                    "conversation= needs a conversation store: "
+                    "RayRuntime(conversations=tether.SQLiteConversationStore('chats.db'))"
+                )
+            if not isinstance(conversation, str) or not conversation:
+                raise TypeError(f"conversation= must be a non-empty str, got {conversation!r}")
+            if history is not None:
+                raise ValueError("pass history= or conversation=, not both")
+        if self._budget_spent:
+            raise BudgetExhausted("the RayRuntime's budget is spent (limits=... over all hosts)")
+        if host is not None and (not isinstance(host, int) or not 0 <= host < self._n):
+            raise ValueError(
+                f"start(host=...) must be a host index in [0, {self._n}), got {host!r}"
+            )
+        run_id = run_id or self.new_run_id()
+        if run_id in self._handles and not self._handles[run_id].done:
+            raise ValueError(f"a run with id {run_id!r} is already in flight")
+        options: dict[str, Any] = {}
+        for name, value in (
+            ("settings", settings),
+            ("deps", deps),
+            ("history", history),
+            ("conversation", conversation),
+        ):
+            if value is not None:
+                options[name] = value
+        i = self._pick(conversation) if host is None else host
+        handle = RayRunHandle[OutputT](self, run_id, agent, i)
+        handle._starting = (input, options)
+        handle._early = []
+        # Sent at the next checkpoint, so that streams asked for right after start()
+        # are opened with the run and miss none of its text.
+        self._spawn(handle._send)
+        self._handles[run_id] = handle
+        return handle
+
+    def _send_start(
+        self,
+        i: int,
+        run_id: str,
+        agent: Agent[Any, Any],
+        input: Any,
+        options: dict[str, Any],
+        follows: list[Kind],
+    ) -> Any:
+        shipped = self._shipped[i]
+        extra = None if agent.name in shipped else agent
+        shipped.add(agent.name)
+        self._sent[i] += 1
+        return self._hosts[i].start.remote(run_id, agent.name, input, options, extra, follows)
+
+    async def run(
+        self,
+        agent: Agent[DepsT, OutputT],
+        input: RunInput,
+        *,
+        run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
+    ) -> RunResult[OutputT]:
+        """Run ``agent`` on a host and return its result; cancelling the caller cancels it."""
+        handle = self.start(
+            agent,
+            input,
+            run_id=run_id,
+            settings=settings,
+            deps=deps,
+            history=history,
+            conversation=conversation,
+        )
+        try:
+            return await handle.result()
+        finally:
+            if not handle.done:
+                handle.cancel("the caller of RayRuntime.run() was cancelled")
+
+    def handle(self, run_id: str) -> RayRunHandle[Any]:
+        """A handle on run ``run_id``: started by this RayRuntime, on any host, or in the store."""
+        known = self._handles.get(run_id)
+        if known is not None:
+            return known
+        if self._tg is None:
+            raise RuntimeClosed("use the RayRuntime inside 'async with RayRuntime() as rt:'")
+        return RayRunHandle[Any](self, run_id, None, None)
+
+    async def approve(self, run_id: str, call_id: str) -> None:
+        """Let a held tool call run, wherever the run is (in flight, or parked in the store)."""
+        await self.handle(run_id)._call("answer", call_id, True, None)
+
+    async def reject(self, run_id: str, call_id: str, reason: str = "rejected") -> None:
+        """Refuse a held tool call (see :meth:`approve`); the model gets ``reason``."""
+        await self.handle(run_id)._call("answer", call_id, False, reason)
+
+    async def pending_approvals(self, run_id: str) -> list[PendingApproval]:
+        """The held calls of run ``run_id``, wherever it is."""
+        return await self.handle(run_id).pending_approvals()
+
+    # ------------------------------------------------------------------ the fleet
+
+    @property
+    def running(self) -> int:
+        """Runs in flight over all hosts, as last reported (plus those sent since)."""
+        return sum(self._load(i) for i in range(self._n))
+
+    @property
+    def hosts(self) -> list[HostInfo | None]:
+        """Each host as last reported (``None``: dead or restarting)."""
+        return list(self._infos)
+
+    def host_actor(self, index: int) -> Any:
+        """The Ray actor handle of host ``index`` (to inspect it, or to kill it in a test)."""
+        return self._hosts[index]
+
+    async def budget(self) -> dict[str, Any] | None:
+        """The fleet budget as the ledger holds it (``None`` without ``limits=``)."""
+        if self._coordinator is None or self.limits is None:
+            return None
+        status: dict[str, Any] = await wait_ref(self._coordinator.status.remote())
+        return status
+
+
+class RayRunHandle(Generic[OutputT]):
+    """A run of a :class:`RayRuntime`: the :class:`tether.RunHandle` interface.
+
+    ``pending_approvals()`` is a coroutine here (the run is in another
+    process). The handle follows its run across hosts (see the module).
+    """
+
+    def __init__(
+        self, rt: RayRuntime, run_id: str, agent: Agent[Any, Any] | None, host: int | None
+    ) -> None:
+        self._rt, self.run_id, self._agent, self._host = rt, run_id, agent, host
+        self._start_ref: Any = None
+        self._starting: tuple[Any, dict[str, Any]] | None = None
+        #: Streams made before the start was sent (they open with the run), or ``None``.
+        self._early: list[RayEventStream] | None = None
+        self._sent = anyio.Event()
+        if agent is None:
+            self._sent.set()
+        self._start_error: BaseException | None = None
+        self._result: RunResult[OutputT] | None = None
+        #: The kept events any of this handle's streams has read, in order.
+        self._seen: list[ev.Event] = []
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    def __repr__(self) -> str:
+        state = self._result.termination.value if self._result else "running"
+        return f"<RayRunHandle {self.run_id} {state}>"
+
+    # ------------------------------------------------------------------ reading
+
+    def events(self, *, deltas: bool = False) -> RayEventStream:
+        """Every kept event from the first, then live ones until ``RunFinished``;
+        with ``deltas=True`` the live deltas too, from now on (as ``RunHandle.events``)."""
+        return RayEventStream(self, "live" if deltas else "events")
+
+    def stream_text(self) -> RayEventStream:
+        """The text of the run's model calls as it arrives (as ``RunHandle.stream_text``)."""
+        return RayEventStream(self, "text")
+
+    async def result(self) -> RunResult[OutputT]:
+        """The run's result, wherever it ended (see the module on failover)."""
+        while self._result is None:
+            i = await self._where()
+            if i is None:
+                self._result = await self._lost()
+                break
+            try:
+                status, data, agent = await wait_ref(self._rt._hosts[i].result.remote(self.run_id))
+            except HOST_LOST:
+                status, data, agent = "unknown", None, None
+            if status == "finished":
+                assert data is not None
+                self._result = RunResult.load(data, self._output_type(agent))
+                self._rt._hosts[i].forget.remote(self.run_id)
+                break
+            self._host = None  # not there any more: look again
+        return self._result
+
+    def _output_type(self, name: str | None) -> Any:
+        agent = self._agent or self._rt._agents.get(name or "")
+        return str if agent is None else agent.output_type
+
+    async def _lost(self) -> RunResult[OutputT]:
+        """No host has the run: from the store where it finished; else it crashed."""
+        store = self._rt.store
+        if store is not None and await store.get(self.run_id) is not None:
+            agents = dict(self._rt._agents)
+            stored = StoredRun(store, self.run_id, agents, self._rt._spawn)
+            result: RunResult[OutputT] = await stored.wait_result()
+            return result
+        return self._crashed()
+
+    def _crashed(self) -> RunResult[OutputT]:
+        """The result of a run whose host died with no store to resume it from."""
+        if self._result is not None:
+            return self._result
+        if self._start_error is not None:
+            raise self._start_error
+        why = (
+            f"the host running run {self.run_id!r} died"
+            + (
+                " and no run store is shared by the hosts, so the run cannot be resumed "
+                "(RayRuntime(store=...) makes runs survive a host)"
+                if self._rt.store is None
+                else " before the run reached the run store"
+            )
+            + "; usage counts the charges this handle had seen"
+        )
+        usage = _usage_of(self._seen)
+        last = self._seen[-1] if self._seen else None
+        finished = ev.RunFinished(
+            run_id=self.run_id,
+            seq=len(self._seen),
+            round=last.round if last is not None else 0,
+            at=last.at if last is not None else 0.0,
+            termination=Termination.CRASHED,
+            usage=usage,
+            error=why,
+        )
+        self._result = RunResult[OutputT](
+            run_id=self.run_id,
+            output=None,
+            termination=Termination.CRASHED,
+            passed=None,
+            judgement=None,
+            usage=usage,
+            messages=(),
+            events=(*self._seen, finished),
+            error=why,
+        )
+        return self._result
+
+    # ------------------------------------------------------------------ where it is
+
+    async def _send(self) -> None:
+        assert self._host is not None
+        early, self._early = self._early or [], None
+        self._resend(self._host, early)
+        self._sent.set()
+
+    async def _started(self) -> None:
+        """Wait until the host has taken the run (re-sending what it could not take)."""
+        rt = self._rt
+        await self._sent.wait()
+        while self._start_ref is not None:
+            ref = self._start_ref
+            try:
+                await wait_ref(ref)
+            except HOST_LOST:
+                # The host died with the run hardly begun: where no store has it, and
+                # a store exists, nothing of it can go on anywhere, so start it again.
+                if rt.store is not None and await rt.store.get(self.run_id) is None:
+                    if self._start_ref is ref:
+                        self._resend(rt._any_host())
+                    continue
+            except LookupError:  # a restarted host lost the agents shipped to it
+                if self._start_ref is ref and self._host is not None:
+                    rt._shipped[self._host].discard(self._name())
+                    self._resend(self._host)
+                continue
+            except BaseException as exc:
+                if self._start_ref is ref:
+                    self._start_error = _cause(exc)
+            if self._start_ref is ref:
+                self._start_ref = None
+        if self._start_error is not None:
+            raise self._start_error
+
+    def _name(self) -> str:
+        assert self._agent is not None
+        return self._agent.name
+
+    def _resend(self, i: int, early: Sequence[RayEventStream] = ()) -> None:
+        assert self._agent is not None
+        assert self._starting is not None
+        input, options = self._starting
+        self._host = i
+        ref = self._rt._send_start(
+            i, self.run_id, self._agent, input, options, [s._kind for s in early]
+        )
+        self._start_ref = ref
+        for n, stream in enumerate(early):
+            stream._early = (ref, n, i)
+
+    async def _where(self) -> int | None:
+        """The host holding the run now, or ``None`` if no live host has it."""
+        await self._started()
+        if self._host is not None and self._rt._infos[self._host] is not None:
+            return self._host
+        self._host = await self._rt._locate(self.run_id)
+        return self._host
+
+    # ------------------------------------------------------------------ control
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """End the run now, on whichever host holds it (it ends ``cancelled``)."""
+        self._rt._spawn(lambda: self._call("cancel", reason or "cancelled"))
+
+    def stop(self) -> None:
+        """End the run after its current round (``cancelled``, reason ``"stopped"``)."""
+        self._rt._spawn(lambda: self._call("stop"))
+
+    def approve(self, call_id: str) -> None:
+        """Let a held tool call run (also for a durable run parked in the store)."""
+        self._rt._spawn(lambda: self._call("answer", call_id, True, None))
+
+    def reject(self, call_id: str, reason: str = "rejected") -> None:
+        """Refuse a held tool call; the model gets an is_error result with ``reason``."""
+        self._rt._spawn(lambda: self._call("answer", call_id, False, reason))
+
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """The tool calls waiting for :meth:`approve` or :meth:`reject`."""
+        data = await self._call("pending")
+        return [PendingApproval(**p) for p in data]
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """``method(run_id, *args)`` on the run's host; on another host if that one died
+        (with a store, any host reaches a run through it)."""
+        rt = self._rt
+        for _ in range(3):
+            i = await self._where()
+            if i is None:
+                if rt.store is None:
+                    return [] if method == "pending" else None  # it is gone
+                i = rt._any_host()
+            try:
+                return await wait_ref(getattr(rt._hosts[i], method).remote(self.run_id, *args))
+            except HOST_LOST:
+                self._host = None
+        return [] if method == "pending" else None
+
+
+class RayEventStream:
+    """A run's events (or text) from its hosts, as they come: an async iterator.
+
+    A plain iterator object rather than an async generator, so a reader may
+    stop early (``break``); ``aclose()`` frees the host's cursor at once.
+    """
+
+    def __init__(self, handle: RayRunHandle[Any], kind: Kind) -> None:
+        self._handle, self._kind = handle, kind
+        self._buffer: deque[Any] = deque()
+        self._host: int | None = None
+        self._fid: int | None = None
+        #: Kept events read (the next one's seq), and the seq of the last seam read.
+        self._next = 0
+        self._seam = -1
+        self._over = False
+        #: Opened with the run: the start's reply holds this stream's cursor.
+        self._early: tuple[Any, int, int] | None = None
+        if handle._early is not None:
+            handle._early.append(self)
+
+    def __aiter__(self) -> RayEventStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._buffer:
+            if self._over:
+                raise StopAsyncIteration
+            await self._fill()
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        self._over = True
+        self._buffer.clear()
+        if self._fid is not None and self._host is not None:
+            with contextlib.suppress(Exception):
+                self._handle._rt._hosts[self._host].unfollow.remote(self._fid)
+            self._fid = None
+
+    async def _fill(self) -> None:
+        handle = self._handle
+        rt = handle._rt
+        await handle._sent.wait()  # the start is sent: this stream's cursor may be in it
+        if self._early is not None:
+            ref, n, i = self._early
+            self._early = None
+            await handle._started()
+            with contextlib.suppress(*HOST_LOST):  # else it is found again below
+                self._host, self._fid = i, (await wait_ref(ref))[n]
+        if self._fid is None and not await self._attach():
+            return
+        assert self._host is not None
+        assert self._fid is not None
+        try:
+            items, status = await wait_ref(rt._hosts[self._host].poll.remote(self._fid, POLL_S))
+        except HOST_LOST:
+            items, status = [], "moved"
+        self._take(items)
+        if status == "finished":
+            self._over = True
+        elif status != "live":
+            self._fid = self._host = None  # the run moved (or its host died): find it again
+
+    async def _attach(self) -> bool:
+        """Follow the run on the host that has it; else read what the store has, or end."""
+        handle = self._handle
+        rt = handle._rt
+        while True:
+            i = await handle._where()
+            if i is not None:
+                try:
+                    fid = await wait_ref(
+                        rt._hosts[i].follow.remote(
+                            handle.run_id, self._kind, self._next, self._seam
+                        )
+                    )
+                except HOST_LOST:
+                    fid = None
+                if fid is not None:
+                    self._host, self._fid = i, fid
+                    return True
+            store = rt.store
+            stored = None if store is None else await store.get(handle.run_id)
+            if store is None or stored is None:
+                self._end_crashed()
+                return False
+            if self._kind != "text":
+                self._take(await self._stored_events(store))
+                if stored.status == "finished" and self._next >= stored.events:
+                    self._over = True
+                    return False
+            elif stored.status == "finished":
+                self._over = True
+                return False
+            await anyio.sleep(RELOCATE_S)
+
+    async def _stored_events(self, store: RunStore) -> list[Any]:
+        """The store's events from where this stream goes on (the rewind rule, as
+        :meth:`Host.follow` applies it)."""
+        run_id = self._handle.run_id
+        newer = await store.events(run_id, start=self._seam + 1)
+        start = self._next
+        for data in newer:
+            if data["type"] == "RunResumed" and data["seq"] < start:
+                start = data["seq"]
+                break
+        return [d for d in newer if d["seq"] >= start]
+
+    def _take(self, items: list[Any]) -> None:
+        if self._kind == "text":
+            self._buffer.extend(items)
+            return
+        seen = self._handle._seen
+        for data in items:
+            event = ev.load(data)
+            if not isinstance(event, ev.TextDelta | ev.ToolCallDelta):
+                seq = event.seq
+                if isinstance(event, ev.RunResumed):
+                    self._seam = seq
+                    del seen[seq:]  # the events after the checkpoint are done again
+                if seq == len(seen):
+                    seen.append(event)
+                self._next = seq + 1
+            self._buffer.append(event)
+
+    def _end_crashed(self) -> None:
+        """No host and no store has the run: it crashed with its host."""
+        result = self._handle._crashed()
+        if self._kind != "text":
+            self._buffer.extend(result.events[self._next :])
+        self._over = True
+
+
+def _usage_of(events: Sequence[ev.Event]) -> Usage:
+    tokens_in = tokens_out = 0
+    cost: float | None = 0.0
+    for event in events:
+        if isinstance(event, ev.UsageCharged):
+            tokens_in += event.input_tokens
+            tokens_out += event.output_tokens
+            if cost is not None:
+                cost = None if event.cost_usd is None else cost + event.cost_usd
+    return Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost)
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The user's error out of a Ray task error (``ValueError``, ``BudgetExhausted``)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+__all__ = ["RayEventStream", "RayRunHandle", "RayRuntime", "shares"]
