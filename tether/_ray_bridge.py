@@ -14,6 +14,7 @@ Ray actor method cannot be interrupted from here, see :mod:`tether.ray`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from concurrent.futures import Future
 from typing import Any
 
@@ -36,10 +37,9 @@ async def _wait_trio(future: Future[Any]) -> Any:
         token = trio.lowlevel.current_trio_token()
 
         def wake(_: Future[Any]) -> None:
-            try:
+            # RunFinishedError: the caller's run is over, nobody waits any more.
+            with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass  # the caller's run is over: nobody waits any more
 
         future.add_done_callback(wake)
         await done.wait()
