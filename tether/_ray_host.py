@@ -45,7 +45,7 @@ Kind = Literal["events", "live", "text"]
 Status = Literal["live", "finished", "moved", "unknown"]
 
 #: How long a finished run's result stays on its host for its handles to collect.
-KEEP_FINISHED_S = 600.0
+KEEP_FINISHED_S = 120.0
 #: A follower not polled for this long is dropped (its reader went away).
 IDLE_FOLLOW_S = 120.0
 #: The most items one poll returns.
@@ -66,7 +66,7 @@ class HostConfig:
     shutdown_grace_s: float
     #: The fleet's budget (see :mod:`tether._ray_fleet`), or ``None``.
     limits: Limits | None = None
-    #: The fleet's coordinator actor (budget slices, 429 pauses), or ``None``.
+    #: The fleet's budget ledger actor (with ``limits``), or ``None``.
     coordinator: Any = None
     hosts: int = 1
 
@@ -153,6 +153,7 @@ class Host:
         self._follows: dict[int, _Follow] = {}
         self._ids = itertools.count(1)
         self._started_at = time.time()
+        self._peers: list[Any] = []
 
     # ------------------------------------------------------------------ the Runtime
 
@@ -179,15 +180,13 @@ class Host:
                 lease_s=config.lease_s,
                 resume=config.store is not None,
             )
-            fleet = None
             if config.coordinator is not None:
-                from tether._ray_fleet import FleetLink
+                from tether._ray_fleet import join_budget
 
-                fleet = FleetLink(config.coordinator, self.index)
-                fleet.before(rt, config.limits)
+                join_budget(rt, config.coordinator, self.index, config.limits)
             async with rt:
-                if fleet is not None:
-                    fleet.after(rt)
+                assert rt._services is not None
+                rt._services.on_gate_pause = self._paused
                 self._rt = rt
                 ready.set_result(None)
                 while not self._closing.is_set():
@@ -365,6 +364,15 @@ class Host:
     async def has(self, run_id: str) -> bool:
         await self._runtime()
         return self._run(run_id) is not None
+
+    def join(self, hosts: Sequence[Any]) -> None:
+        """The fleet's hosts (this one among them): where this host's 429 pauses go."""
+        self._peers = [h for i, h in enumerate(hosts) if i != self.index]
+
+    def _paused(self, key: str, seconds: float) -> None:
+        # One-way calls: the others pause a Ray call later (about a millisecond here).
+        for peer in self._peers:
+            peer.pause.remote(key, seconds)
 
     def pause(self, key: str, seconds: float) -> None:
         """Another host got a 429 with retry-after from this endpoint: wait it out here too."""

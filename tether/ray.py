@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
@@ -206,7 +207,12 @@ class RayRuntime:
         self._coordinator: Any = None
         self._tg: TaskGroup | None = None
         self._started_ray = False
-        self._handles: dict[str, RayRunHandle[Any]] = {}
+        #: The handles callers hold, by run id (``rt.handle(id)`` returns the same one).
+        self._handles: weakref.WeakValueDictionary[str, RayRunHandle[Any]] = (
+            weakref.WeakValueDictionary()
+        )
+        #: Handles whose start is not sent yet (see :meth:`start`).
+        self._outbox: deque[RayRunHandle[Any]] = deque()
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
         self._budget_spent = False
@@ -232,7 +238,7 @@ class RayRuntime:
             self._started_ray = True
         actor = ray.remote(Host)
         options = {"max_concurrency": 100_000, "max_task_retries": 0} | self._host_options
-        if self.limits is not None or self._n > 1:
+        if self.limits is not None:
             from tether._ray_fleet import Coordinator
 
             self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(self.limits)
@@ -243,8 +249,6 @@ class RayRuntime:
         self._hosts = [
             actor.options(**options).remote(i, ref) for i, ref in enumerate(self._config_refs)
         ]
-        if self._coordinator is not None:
-            await wait_ref(self._coordinator.join.remote(self._hosts))
         self._infos = [None] * self._n
         self._sent = [0] * self._n
         self._shipped = [set(self._agents) for _ in range(self._n)]
@@ -276,13 +280,14 @@ class RayRuntime:
     ) -> bool | None:
         tg = self._tg
         assert tg is not None
-        tg.cancel_scope.cancel()
+        tg.cancel_scope.cancel()  # the monitor and the requests in flight
         try:
-            return await tg.__aexit__(exc_type, exc, tb)
+            await tg.__aexit__(None, None, None)
         finally:
             self._tg = None
             with anyio.CancelScope(shield=True):
                 await self._teardown(graceful=exc_type is None)
+        return None
 
     async def _teardown(self, *, graceful: bool = True) -> None:
         """Close every host's Runtime (its runs get the shutdown grace), then the actors."""
@@ -323,8 +328,10 @@ class RayRuntime:
                 self._infos[i] = None
                 return
             old = self._infos[i]
-            if old is not None and old.started_at != info.started_at:
-                self._shipped[i] = {a.name for a in self._config[i].agents}  # a new process
+            if old is None or old.started_at != info.started_at:  # a new process
+                if old is not None:
+                    self._shipped[i] = {a.name for a in self._config[i].agents}
+                host.join.remote(self._hosts)  # its peers, for 429 pauses
             self._infos[i], self._sent[i] = info, 0
 
         if strict:  # at start: the first host that cannot start fails the RayRuntime
@@ -441,14 +448,22 @@ class RayRuntime:
             if value is not None:
                 options[name] = value
         i = self._pick(conversation) if host is None else host
+        self._sent[i] += 1
         handle = RayRunHandle[OutputT](self, run_id, agent, i)
         handle._starting = (input, options)
         handle._early = []
         # Sent at the next checkpoint, so that streams asked for right after start()
-        # are opened with the run and miss none of its text.
-        self._spawn(handle._send)
+        # are opened with the run and miss none of its text; in start order.
+        if not self._outbox:
+            self._spawn(self._flush)
+        self._outbox.append(handle)
         self._handles[run_id] = handle
         return handle
+
+    async def _flush(self) -> None:
+        outbox = self._outbox
+        while outbox:
+            outbox.popleft()._send()
 
     def _send_start(
         self,
@@ -462,7 +477,6 @@ class RayRuntime:
         shipped = self._shipped[i]
         extra = None if agent.name in shipped else agent
         shipped.add(agent.name)
-        self._sent[i] += 1
         return self._hosts[i].start.remote(run_id, agent.name, input, options, extra, follows)
 
     async def run(
@@ -553,6 +567,8 @@ class RayRunHandle(Generic[OutputT]):
         #: Streams made before the start was sent (they open with the run), or ``None``.
         self._early: list[RayEventStream] | None = None
         self._sent = anyio.Event()
+        #: A host had the run once (so losing it means the run crashed with its host).
+        self._found = agent is not None
         if agent is None:
             self._sent.set()
         self._start_error: BaseException | None = None
@@ -610,7 +626,16 @@ class RayRunHandle(Generic[OutputT]):
             stored = StoredRun(store, self.run_id, agents, self._rt._spawn)
             result: RunResult[OutputT] = await stored.wait_result()
             return result
+        self._unknown()
         return self._crashed()
+
+    def _unknown(self) -> None:
+        """A handle made from a run id alone, for a run no host (and no store) has."""
+        if not self._found:
+            raise KeyError(
+                f"no host has run {self.run_id!r} (a finished run's result stays on its host "
+                "until a handle collects it; RayRuntime(store=...) keeps every run)"
+            )
 
     def _crashed(self) -> RunResult[OutputT]:
         """The result of a run whose host died with no store to resume it from."""
@@ -654,7 +679,7 @@ class RayRunHandle(Generic[OutputT]):
 
     # ------------------------------------------------------------------ where it is
 
-    async def _send(self) -> None:
+    def _send(self) -> None:
         assert self._host is not None
         early, self._early = self._early or [], None
         self._resend(self._host, early)
@@ -710,6 +735,7 @@ class RayRunHandle(Generic[OutputT]):
         if self._host is not None and self._rt._infos[self._host] is not None:
             return self._host
         self._host = await self._rt._locate(self.run_id)
+        self._found = self._found or self._host is not None
         return self._host
 
     # ------------------------------------------------------------------ control
@@ -836,6 +862,7 @@ class RayEventStream:
             store = rt.store
             stored = None if store is None else await store.get(handle.run_id)
             if store is None or stored is None:
+                handle._unknown()
                 self._end_crashed()
                 return False
             if self._kind != "text":
