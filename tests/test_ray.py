@@ -86,6 +86,16 @@ def _gap_free(events: Any) -> bool:
     return [e.seq for e in events] == list(range(len(events)))
 
 
+async def _settled(rt: RayRuntime, *, runs: int = 0) -> None:
+    """Nothing is left on any live host: ``runs`` in flight, and no reader's cursor."""
+    with anyio.fail_after(15):
+        while True:
+            await anyio.sleep(0.6)  # the monitor refreshes the hosts' reports
+            live = [info for info in rt.hosts if info is not None]
+            if sum(i.running for i in live) == runs and not any(i.follows for i in live):
+                return
+
+
 async def test_runs_end_as_on_a_plain_runtime_with_the_same_trail(ray_cluster: None) -> None:
     """The result and the event trail of a run through RayRuntime are those of the same
     run on a plain Runtime: termination, output, usage, and the events in order."""
@@ -96,6 +106,7 @@ async def test_runs_end_as_on_a_plain_runtime_with_the_same_trail(ray_cluster: N
         handle = rrt.start(agent, "2 + 3?")
         streamed = [e async for e in handle.events()]
         result = await handle.result()
+        await _settled(rrt)
     assert result.termination is tether.Termination.ANSWERED
     assert result.output == plain.output == "The sum is 5."
     assert result.usage == plain.usage
@@ -121,6 +132,7 @@ async def test_deltas_and_text_stream_from_the_host(ray_cluster: None) -> None:
         second = rt.start(agent, "talk")
         live = [e async for e in second.events(deltas=True)]
         kept = (await second.result()).events
+        await _settled(rt)
     assert "".join(chunks) == text == result.output
     assert len(chunks) > 1
     deltas = [e for e in live if isinstance(e, ev.TextDelta)]
@@ -156,6 +168,7 @@ async def test_a_cancel_reaches_the_run_on_its_host(ray_cluster: None) -> None:
         rest = [e async for e in stream]
         result = await cancelled.result()
         gently = await stopped.result()
+        await _settled(rt)
     assert result.termination is tether.Termination.CANCELLED
     assert result.error == "enough walking"
     assert isinstance(rest[-1], ev.RunFinished)
@@ -173,8 +186,65 @@ async def test_a_caller_cancelled_while_waiting_cancels_the_run(ray_cluster: Non
         result = await rt.handle("walk-1").result()
         assert result.termination is tether.Termination.CANCELLED
         assert result.error == "the caller of RayRuntime.run() was cancelled"
-        await anyio.sleep(1.0)
-        assert rt.running == 0
+        await _settled(rt)
+
+
+async def test_a_stream_closed_early_frees_its_cursor_on_the_host(ray_cluster: None) -> None:
+    """A reader that stops (aclose) leaves nothing on the host while the run goes on."""
+    agent = _walker(rounds=50, latency_s=0.1)
+    async with RayRuntime(hosts=2, agents=[agent]) as rt:
+        handle = rt.start(agent, "walk")
+        stream = handle.events(deltas=True)
+        async for _ in stream:
+            break
+        await stream.aclose()
+        await _settled(rt, runs=1)
+        handle.cancel()
+        assert (await handle.result()).termination is tether.Termination.CANCELLED
+        await _settled(rt)
+
+
+async def test_ray_restarts_a_killed_host_and_runs_go_there_again(ray_cluster: None) -> None:
+    """Within its restart policy a killed host comes back (a new process), takes runs
+    again, and gets the agents it lost with its old process sent anew."""
+    agent = _adder()
+    late = _adder(name="late")  # not given at construction: shipped with its first run
+    async with RayRuntime(hosts=2, agents=[agent], host_options={"max_restarts": 1}) as rt:
+        first = rt.start(late, "2 + 3?", host=0)
+        assert (await first.result()).output == "The sum is 5."
+        old = rt.hosts[0]
+        assert old is not None
+        ray.kill(rt.host_actor(0), no_restart=False)
+        with anyio.fail_after(60):
+            while (info := rt.hosts[0]) is None or info.pid == old.pid:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+        again = rt.start(late, "2 + 3?", host=0)
+        assert (await again.result()).output == "The sum is 5."
+        assert (await rt.run(agent, "2 + 3?")).output == "The sum is 5."
+
+
+async def test_a_cancel_reaches_a_run_resumed_on_another_host(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """A run whose host died, cancelled while it is between hosts, ends cancelled once
+    the other host has it (the request waits in the store)."""
+    agent = _walker(rounds=50, latency_s=0.2)
+    store = tether.SQLiteRunStore(tmp_path / "runs.db", poll_s=0.05)
+    async with RayRuntime(
+        hosts=2, agents=[agent], store=store, lease_s=1.0, host_options={"max_restarts": 0}
+    ) as rt:
+        handle = rt.start(agent, "walk", host=0)
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallFinished):
+                break
+        ray.kill(rt.host_actor(0))
+        handle.cancel("changed my mind")
+        result = await handle.result()
+        await _settled(rt)
+    assert result.termination is tether.Termination.CANCELLED
+    assert result.error == "changed my mind"
+    assert sum(isinstance(e, ev.RunFinished) for e in result.events) == 1
+    assert _gap_free(result.events)
 
 
 async def test_bad_arguments_are_clear_errors(ray_cluster: None, tmp_path: Path) -> None:

@@ -81,7 +81,11 @@ class HostInfo:
     pid: int
     node: str
     running: int
-    #: Monotonic per process start: a restarted host has a new one.
+    #: Readers' cursors open on this host (each holds a run's events until read).
+    follows: int
+    #: Results kept for handles to collect.
+    kept: int
+    #: When this host's process started (a restarted host has a new one).
     started_at: float
 
 
@@ -233,6 +237,8 @@ class Host:
             pid=os.getpid(),
             node=socket.gethostname(),
             running=rt.running,
+            follows=len(self._follows),
+            kept=len(self._runs),
             started_at=self._started_at,
         )
 
