@@ -437,3 +437,29 @@ async def test_a_conversation_stays_on_one_host(ray_cluster: None, tmp_path: Pat
     assert one.output == "turn with 1 messages"
     assert two.output == "turn with 3 messages"
     assert len(two.messages) == 4
+
+
+async def test_waiting_handles_hold_no_thread(ray_cluster: None) -> None:
+    """Two hundred callers waiting on results (and as many on events) add no thread."""
+    import threading
+
+    agent = _walker(rounds=1, latency_s=1.5)
+    async with RayRuntime(hosts=2, agents=[agent]) as rt:
+        before = threading.active_count()
+        handles = [rt.start(agent, f"walk {i}") for i in range(200)]
+        results: list[Any] = []
+        during: list[int] = []
+
+        async def wait(handle: Any) -> None:
+            async for _ in handle.events():
+                pass
+            results.append(await handle.result())
+
+        async with anyio.create_task_group() as tg:
+            for handle in handles:
+                tg.start_soon(wait, handle)
+            await anyio.sleep(1.0)
+            during.append(threading.active_count())
+    assert len(results) == 200
+    assert {r.termination for r in results} == {tether.Termination.ANSWERED}
+    assert during[0] - before < 10
