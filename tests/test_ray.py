@@ -463,3 +463,43 @@ async def test_waiting_handles_hold_no_thread(ray_cluster: None) -> None:
     assert len(results) == 200
     assert {r.termination for r in results} == {tether.Termination.ANSWERED}
     assert during[0] - before < 10
+
+
+async def test_provider_concurrency_holds_across_the_fleet(ray_cluster: None) -> None:
+    """provider_concurrency=2 over 2 hosts: the endpoint never serves more than 2
+    requests at once, though 8 runs on both hosts want it at the same time."""
+    from anyio.abc import SocketAttribute
+
+    from .providers.fakes import _read_request, _send
+
+    now = peak = served = 0
+
+    async def handle(stream: Any) -> None:
+        nonlocal now, peak, served
+        async with stream:
+            if await _read_request(stream, 0) is None:
+                return
+            now += 1
+            peak = max(peak, now)
+            await anyio.sleep(0.3)
+            now -= 1
+            served += 1
+            await _send(stream, oai.reply(False))
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        port = listener.extra(SocketAttribute.local_port)
+        agent = tether.Agent(
+            name="busy",
+            provider=tether.providers.OpenAIProvider(
+                oai.MODEL, base_url=f"http://127.0.0.1:{port}/v1", stream=False
+            ),
+        )
+        async with RayRuntime(hosts=2, agents=[agent], provider_concurrency=2) as rt:
+            handles = [rt.start(agent, f"hi {i}", host=i % 2) for i in range(8)]
+            results = [await h.result() for h in handles]
+        tg.cancel_scope.cancel()
+    assert {r.termination for r in results} == {tether.Termination.ANSWERED}
+    assert served == 8
+    assert peak == 2
