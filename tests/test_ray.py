@@ -129,6 +129,8 @@ async def test_deltas_and_text_stream_from_the_host(ray_cluster: None) -> None:
         handle = rt.start(agent, "talk")
         chunks = [c async for c in handle.stream_text()]
         result = await handle.result()
+        # Its host forgets a result once collected: the handle reads its events itself.
+        assert [e async for e in handle.events()] == list(result.events)
         second = rt.start(agent, "talk")
         live = [e async for e in second.events(deltas=True)]
         kept = (await second.result()).events

@@ -101,6 +101,8 @@ HOST_LOST: tuple[type[BaseException], ...] = (
 POLL_S = 10.0
 #: How often the caller refreshes what each host reports (load, liveness).
 MONITOR_S = 0.5
+#: How long requests made just before a RayRuntime exits may take to reach their hosts.
+REQUESTS_S = 5.0
 #: How long a host may take to start (its process, its Runtime).
 HOST_START_S = 60.0
 #: How often a handle whose run is between hosts looks for it again.
@@ -216,6 +218,8 @@ class RayRuntime:
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
         self._budget_spent = False
+        self._requests = 0
+        self._watch: anyio.CancelScope | None = None
 
     def _know(self, agent: Agent[Any, Any]) -> None:
         if not isinstance(agent, Agent):
@@ -260,6 +264,7 @@ class RayRuntime:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self._watch = anyio.CancelScope()
         tg.start_soon(self._monitor, name="tether-ray-monitor")
         return self
 
@@ -280,7 +285,13 @@ class RayRuntime:
     ) -> bool | None:
         tg = self._tg
         assert tg is not None
-        tg.cancel_scope.cancel()  # the monitor and the requests in flight
+        assert self._watch is not None
+        self._watch.cancel()
+        # Requests made just before the exit (a cancel, an approval) reach their host.
+        with anyio.move_on_after(REQUESTS_S):
+            while self._requests:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
         try:
             await tg.__aexit__(None, None, None)
         finally:
@@ -311,9 +322,11 @@ class RayRuntime:
             await anyio.to_thread.run_sync(ray.shutdown)
 
     async def _monitor(self) -> None:
-        while True:
-            await anyio.sleep(MONITOR_S)
-            await self._refresh()
+        assert self._watch is not None
+        with self._watch:
+            while True:
+                await anyio.sleep(MONITOR_S)
+                await self._refresh()
 
     async def _refresh(self, *, strict: bool = False) -> None:
         """Ask every host who it is and how loaded (a restarted host opens its Runtime)."""
@@ -365,9 +378,18 @@ class RayRuntime:
         return (info.running if info is not None else 0) + self._sent[i]
 
     def _spawn(self, job: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Run a request (a cancel, an approval, the starts) in the RayRuntime's tasks."""
         if self._tg is None:
             raise RuntimeClosed("use the RayRuntime inside 'async with RayRuntime() as rt:'")
-        self._tg.start_soon(job)
+        self._requests += 1
+
+        async def request() -> None:
+            try:
+                await job()
+            finally:
+                self._requests -= 1
+
+        self._tg.start_soon(request)
 
     async def _locate(self, run_id: str) -> int | None:
         """The host that has run ``run_id`` in flight (or its result), if any."""
@@ -846,6 +868,11 @@ class RayEventStream:
         handle = self._handle
         rt = handle._rt
         while True:
+            if handle._result is not None:  # its host may have forgotten it: read it here
+                if self._kind != "text":
+                    self._buffer.extend(handle._result.events[self._next :])
+                self._over = True
+                return False
             i = await handle._where()
             if i is not None:
                 try:
