@@ -77,3 +77,23 @@ def test_ray_demo_usage_errors_exit_64(argv: list[str], capsys: pytest.CaptureFi
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     assert captured.out == ""
+
+
+def test_ray_demo_without_a_cluster_at_address_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--address auto` with no cluster there: one line naming the address, exit 64."""
+    pytest.importorskip("ray")
+    from tether import _cli_raydemo
+
+    async def no_cluster(*args: object) -> None:
+        # What ray.init(address="auto") raises when no cluster runs here.
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify ...")
+
+    monkeypatch.setattr(_cli_raydemo, "_ray_demo", no_cluster)
+    assert cli.main(["ray-demo", "--address", "auto", "--agents", "2", "--plain"]) == 64
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "tether: error: cannot join the Ray cluster at 'auto': "
+        "Could not find any running Ray instance."
+    ]
