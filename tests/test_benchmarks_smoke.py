@@ -83,3 +83,38 @@ def test_only_rejects_an_unknown_benchmark() -> None:
     )
     assert proc.returncode == 2
     assert "unknown benchmark" in proc.stderr
+
+
+@pytest.mark.timeout(180)
+def test_ray_scaling_quick_prints_every_side_verified() -> None:
+    """`benchmarks.ray_scaling --quick`: the plain Runtime and RayRuntimes of 1 and 2 hosts,
+    every row measured on every side, every run verified."""
+    pytest.importorskip("ray")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster needs no token
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ray_scaling", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "`python -m benchmarks.ray_scaling --quick` · caller on asyncio" in out
+    assert "ray 2." in out
+    header = "| measure | plain Runtime (this process) | RayRuntime, 1 host | RayRuntime, 2 hosts |"
+    assert header in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    prefixes = ("| rounds/s", "| start-to-result", "| overhead per run", "| for reference")
+    assert len(rows) == 1 + len(prefixes), rows
+    for row, prefix in zip(rows[1:], prefixes, strict=True):
+        assert row.startswith(prefix), row
+    for row in rows[1:3]:  # both measures, on every side
+        cells = row.strip("| ").split(" | ")
+        assert len(cells) == 4, row
+        assert "—" not in cells, row
+    assert "verification: passed" in out

@@ -1,6 +1,7 @@
 """The ``tether`` command line (``python -m tether``): the parser, ``main`` and shared output.
 
-The commands live next to it: ``demo`` in :mod:`tether._cli_demo`, ``run`` in
+The commands live next to it: ``demo`` in :mod:`tether._cli_demo`, ``ray-demo`` in
+:mod:`tether._cli_raydemo`, ``run`` in
 :mod:`tether._cli_run`, ``trace`` in :mod:`tether._cli_trace`; what they share
 (exit codes, errors, output helpers) in :mod:`tether._cli_common`.
 
@@ -29,6 +30,7 @@ from tether._cli_common import (
     _err,
 )
 from tether._cli_demo import _cmd_demo
+from tether._cli_raydemo import _cmd_ray_demo
 from tether._cli_run import _cmd_run
 from tether._cli_trace import _cmd_trace
 
@@ -112,6 +114,46 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace", metavar="FILE.jsonl", help="record every event with JsonlSink (overwrites)"
     )
     demo.set_defaults(handler=_cmd_demo)
+
+    ray_demo = commands.add_parser(
+        "ray-demo",
+        help="the demo's agents over a Ray cluster (RayRuntime; extra 'ray')",
+        description=(
+            "Run the demo's N agents (see 'tether demo') through tether.ray.RayRuntime over "
+            "--hosts Ray host actors, each a tether Runtime in a process of its own. The "
+            "same summaries, live view and tally as 'tether demo', then a line per host with "
+            "the runs it took. Without --address a local Ray cluster is started for the demo "
+            "and stopped after it; '--address auto' joins a running one ('ray start --head'). "
+            "Needs the 'ray' extra: pip install 'tether[ray]'."
+        ),
+    )
+    ray_demo.add_argument("--hosts", type=int, default=2, metavar="N", help="default: 2")
+    ray_demo.add_argument("--agents", type=int, default=120, metavar="N", help="default: 120")
+    ray_demo.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="a running Ray cluster: 'auto', HOST:PORT or ray://HOST:PORT (default: a local one)",
+    )
+    ray_demo.add_argument(
+        "--backend", choices=("asyncio", "trio"), default="asyncio", help="the caller's loop"
+    )
+    ray_demo.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="shuffles paths and latencies"
+    )
+    ray_demo.add_argument("--plain", action="store_true", help="plain lines, no live view")
+    ray_demo.add_argument(
+        "--latency-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply the scripted latencies (10 to 50 ms a call)",
+    )
+    ray_demo.add_argument(
+        "--trace",
+        metavar="FILE.jsonl",
+        help="record every run's events with JsonlSink (overwrites)",
+    )
+    ray_demo.set_defaults(handler=_cmd_ray_demo)
 
     run = commands.add_parser(
         "run",

@@ -255,8 +255,9 @@ async def _demo(
 class _LiveView:
     """The live panel: rendered by rich on every refresh from the current counters."""
 
-    def __init__(self, stats: DemoStats) -> None:
+    def __init__(self, stats: DemoStats, title: str = "tether demo") -> None:
         self.stats = stats
+        self.title = title
         self.started = time.perf_counter()
 
     def __rich__(self) -> RenderableType:
@@ -300,7 +301,7 @@ class _LiveView:
         elapsed = time.perf_counter() - self.started
         return Panel(
             Group(grid),
-            title="tether demo",
+            title=self.title,
             subtitle=f"{elapsed:.1f} s",
             expand=False,
         )

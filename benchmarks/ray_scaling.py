@@ -1,0 +1,281 @@
+"""``python -m benchmarks.ray_scaling [--runs 1000] [--backend asyncio|trio] [--quick]``.
+
+Scaling over Ray (issue 16): B2's CPU-bound workload (``--runs`` runs at once,
+R rounds of one scripted model call with zero latency and one cheap async tool
+call, then an answer; :mod:`benchmarks._workload`) on one plain
+:class:`tether.Runtime` in this process, then through a
+:class:`tether.ray.RayRuntime` with 1 host and with 2 hosts (each host a
+Runtime in a Ray worker process of its own). It reports rounds/s (best of
+``--repeats``), and the overhead per run that Ray adds: the start-to-result
+latency of one small run (R=2: one tool call, then the answer), the median of
+``--latency-runs`` runs one after the other.
+
+The runs go to the hosts round-robin (``start(..., host=i % hosts)``), so the
+measure is of the hosts' capacity, not of the placement. The caller (this
+process) gets every run's result as JSON and loads it, as any caller does.
+Every run is verified as B2's are (answered, the final text, R-1 correct tool
+calls, a gap-free trail); the exit status is 1 when one is not (never for a
+timing). One local Ray cluster serves every side; it is started here unless
+``--address`` names a running one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+import tether
+
+from . import _workload as w
+
+#: The folder holding the ``benchmarks`` package: the hosts import the workload's tool from it.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    runs: int
+    rounds: int
+    repeats: int
+    latency_runs: int
+    warm_runs: int
+
+
+FULL = Plan(runs=1_000, rounds=5, repeats=2, latency_runs=200, warm_runs=50)
+QUICK = Plan(runs=40, rounds=3, repeats=1, latency_runs=10, warm_runs=4)
+#: The rounds of the latency probe's run: one tool call, then the answer.
+LATENCY_ROUNDS = 2
+
+
+@attrs.define
+class Side:
+    """One column of the table: where the runs ran, and what was measured there."""
+
+    name: str
+    hosts: int  # 0: the plain Runtime in this process
+    rounds_per_s: float = 0.0
+    latency_ms: list[float] = attrs.field(factory=list)
+    problems: list[str] = attrs.field(factory=list)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.latency_ms)
+
+    @property
+    def p90_ms(self) -> float:
+        ordered = sorted(self.latency_ms)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+
+
+Starter = Callable[[tether.Agent, int], Any]
+
+
+async def _batch(start: Starter, agent: tether.Agent, n: int, rounds: int, side: Side) -> float:
+    """``n`` runs at once; the seconds until the last result."""
+    began = time.perf_counter()
+    handles = [start(agent, i) for i in range(n)]
+    results = [await handle.result() for handle in handles]
+    elapsed = time.perf_counter() - began
+    for result in results:
+        problem = w.check_answered(result, rounds)
+        if problem is not None and len(side.problems) < w.MAX_PROBLEMS:
+            side.problems.append(f"{side.name}: {problem}")
+    return elapsed
+
+
+async def _measure(start: Starter, plan: Plan, side: Side) -> None:
+    bench = w.agent(plan.rounds, 0.0)
+    small = attrs.evolve(w.agent(LATENCY_ROUNDS, 0.0), name="bench-small")
+    await _batch(start, bench, plan.warm_runs, plan.rounds, side)  # imports, the agent shipped
+    times = [await _batch(start, bench, plan.runs, plan.rounds, side) for _ in range(plan.repeats)]
+    side.rounds_per_s = plan.runs * plan.rounds / min(times)
+    await _batch(start, small, max(2, side.hosts), LATENCY_ROUNDS, side)  # shipped everywhere
+    for i in range(plan.latency_runs):
+        began = time.perf_counter()
+        result = await start(small, i).result()
+        side.latency_ms.append((time.perf_counter() - began) * 1000)
+        problem = w.check_answered(result, LATENCY_ROUNDS)
+        if problem is not None and len(side.problems) < w.MAX_PROBLEMS:
+            side.problems.append(f"{side.name}: {problem}")
+
+
+class Echo:
+    """A bare async Ray actor: what one call to another process costs, for reference."""
+
+    async def echo(self, value: int) -> int:
+        return value
+
+
+async def _bare_call_ms(calls: int) -> float:
+    """The median round trip of a no-op call to an async Ray actor, awaited as a host's is."""
+    import ray
+
+    from tether._ray_bridge import wait_ref
+
+    actor = ray.remote(Echo).options(num_cpus=0).remote()
+    try:
+        await wait_ref(actor.echo.remote(0))
+        times = []
+        for i in range(calls):
+            began = time.perf_counter()
+            await wait_ref(actor.echo.remote(i))
+            times.append((time.perf_counter() - began) * 1000)
+    finally:
+        ray.kill(actor)
+    return statistics.median(times)
+
+
+async def measure(plan: Plan, address: str | None) -> tuple[list[Side], float]:
+    from tether.ray import RayRuntime
+
+    sides = [Side("plain Runtime (this process)", 0)]
+    concurrency = max(64, plan.runs)
+    async with tether.Runtime(provider_concurrency=concurrency) as rt:
+        await _measure(lambda agent, i: rt.start(agent, w.QUESTION), plan, sides[0])
+    for hosts in (1, 2):
+        side = Side(f"RayRuntime, {hosts} host{'s' if hosts > 1 else ''}", hosts)
+        sides.append(side)
+        async with RayRuntime(hosts=hosts, provider_concurrency=concurrency) as fleet:
+
+            def start(
+                agent: tether.Agent, i: int, fleet: RayRuntime = fleet, n: int = hosts
+            ) -> Any:
+                return fleet.start(agent, w.QUESTION, host=i % n)
+
+            await _measure(start, plan, side)
+    return sides, await _bare_call_ms(plan.latency_runs)
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
+    # The hosts unpickle the workload's tool by reference: they import it from here.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "runtime_env": {"env_vars": {"PYTHONPATH": path}},
+    }
+    if address is None:
+        kwargs["num_cpus"] = max(2, os.cpu_count() or 1)
+    else:
+        kwargs["address"] = address
+    ray.init(**kwargs)
+
+
+def _versions() -> str:
+    parts = [f"Python {platform.python_version()}"]
+    for dist in ("anyio", "trio", "ray", "tether"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            parts.append(f"{dist} {metadata.version(dist)}")
+    parts.append(f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs")
+    return " · ".join(parts)
+
+
+def table(plan: Plan, sides: Sequence[Side], bare_ms: float) -> str:
+    base = sides[0]
+    head = ["measure", *(s.name for s in sides)]
+    rows = [head, ["---"] * len(head)]
+    rows.append(
+        [
+            f"rounds/s, {plan.runs:,} runs at once, R={plan.rounds}, L=0 (best of {plan.repeats})",
+            *(
+                f"{s.rounds_per_s:,.0f}"
+                + ("" if s is base else f" ({s.rounds_per_s / base.rounds_per_s:.2f}×)")
+                for s in sides
+            ),
+        ]
+    )
+    rows.append(
+        [
+            f"start-to-result of one run, R={LATENCY_ROUNDS}, L=0: median (p90) of "
+            f"{plan.latency_runs} one after another",
+            *(f"{s.median_ms:.2f} ms ({s.p90_ms:.2f})" for s in sides),
+        ]
+    )
+    rows.append(
+        [
+            "overhead per run that Ray adds (median − plain median)",
+            *("—" if s is base else f"+{s.median_ms - base.median_ms:.2f} ms" for s in sides),
+        ]
+    )
+    rows.append(
+        [
+            f"for reference: one no-op call to an async Ray actor, median of {plan.latency_runs}",
+            "—",
+            *(f"{bare_ms:.2f} ms" for _ in sides[1:]),
+        ]
+    )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ray_scaling",
+        description="B2's workload on a plain Runtime and on a RayRuntime of 1 and 2 hosts.",
+    )
+    parser.add_argument("--runs", type=int)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--latency-runs", type=int)
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--address", help="a running Ray cluster (default: start a local one)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    given = {
+        name: value
+        for name in ("runs", "rounds", "repeats", "latency_runs")
+        if (value := getattr(args, name)) is not None
+    }
+    plan = attrs.evolve(plan, **given)
+    if plan.runs < 1 or plan.rounds < 1 or plan.repeats < 1 or plan.latency_runs < 1:
+        parser.error("--runs, --rounds, --repeats and --latency-runs must be at least 1")
+    try:
+        import ray
+    except ImportError:
+        print("benchmarks.ray_scaling needs Ray: pip install 'tether[ray]'", file=sys.stderr)
+        return 2
+
+    started = time.perf_counter()
+    _init_ray(args.address)
+    try:
+        sides, bare_ms = anyio.run(measure, plan, args.address, backend=args.backend)
+    finally:
+        ray.shutdown()
+    elapsed = time.perf_counter() - started
+
+    command = " ".join(["python -m benchmarks.ray_scaling", *(argv or sys.argv[1:])])
+    mode = "quick (tiny sizes: the numbers mean nothing)" if args.quick else "full"
+    print(f"## tether over Ray: scaling — {mode}\n")
+    print(f"`{command}` · caller on {args.backend}\n")
+    print(_versions() + f" · took {elapsed:.0f} s\n")
+    print(table(plan, sides, bare_ms))
+    print(
+        "\nEach RayRuntime host is a Ray actor (its own process) running a tether Runtime on "
+        "asyncio; runs go to the hosts round-robin; the caller loads every result from JSON."
+    )
+    problems = [p for s in sides for p in s.problems]
+    if problems:
+        print("\n**verification FAILED**\n")
+        for problem in problems:
+            print(f"- {problem}")
+        return 1
+    print("\nverification: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
