@@ -177,16 +177,17 @@ class Accounts:
         """``cap`` once the host's slice of a fleet's budget has room for the whole call.
 
         The call wants what it would be sent with were the slice unbounded (its
-        own budget and ``max_tokens``; without either, a slice). While the fleet
-        is not short it waits for the ledger to grant that much; once the fleet
-        is short it takes what there is (any room at all); while the ledger is
-        dry only this host's calls in flight can free room, as on one Runtime
-        (see :mod:`._fleetbudget`).
+        own budget and ``max_tokens``; without either, a slice). It waits while
+        the ledger grants more; once an ask is answered with nothing, it takes
+        what room there is (any at all); while the ledger is dry only this
+        host's calls in flight can free room, as on one Runtime (see
+        :mod:`._fleetbudget`).
         """
         assert isinstance(shared, Sliced)
         if cap is None:  # nothing of the slice bounds this call (an unpriced one, say)
             return cap
         want = self._wanted(shared)
+        empty = shared.empty_answers
         started = anyio.current_time()
         waited = False
         while True:
@@ -194,7 +195,7 @@ class Accounts:
                 if cap > 0 or not shared.holding:
                     break
                 await shared.wait_for_room()
-            elif cap == 0 or (not shared.short and cap < want):
+            elif cap == 0 or (cap < want and shared.empty_answers == empty):
                 cost = self._output_cost(want) if shared.max_cost_usd is not None else 0.0
                 await shared.top_up(want if shared.max_total_tokens is not None else 0, cost)
             else:

@@ -313,10 +313,15 @@ class BudgetLedger:
         free, _ = self._free()
         assert free is not None
         # Room for this owner: the free budget, plus its debt (already counted as spend).
-        room = free + share.committed_tokens() - share.granted_tokens
-        ask = want if self.short else max(want, self._pad_tokens(free))
+        debt = share.committed_tokens() - share.granted_tokens
+        room = free + debt
         if room < want:
             self.short = True
+        # The debt, then no more than a fair share of what is free (so that the first
+        # host to ask cannot take it all), padded to a slice while the fleet is not short.
+        ask = min(want, debt + math.ceil(max(0, free) / self.hosts))
+        if not self.short:
+            ask = max(self._pad_tokens(free), ask)
         return max(0, min(ask, room))
 
     def _grant_cost(self, owner: str, share: _Share, want: float) -> float:
@@ -325,14 +330,14 @@ class BudgetLedger:
             return 0.0
         _, free = self._free()
         assert free is not None
-        room = free + share.committed_cost() - share.granted_cost
-        ask = (
-            want
-            if self.short
-            else max(want, min(ceiling / (4 * self.hosts), free / (2 * self.hosts)))
-        )
+        debt = share.committed_cost() - share.granted_cost
+        room = free + debt
         if room < want:
             self.short = True
+        share_of_free = max(0.0, free) / self.hosts
+        ask = min(want, debt + share_of_free)
+        if not self.short:
+            ask = max(min(ceiling / (4 * self.hosts), share_of_free / 2), ask)
         granted = max(0.0, min(ask, room))
         return granted if granted > EPSILON_USD else 0.0
 
@@ -454,6 +459,9 @@ class SlicedBudget(Budget):
     fleet_max_cost: float | None = None
     short: bool = False
     dry: bool = False
+    #: Asks the ledger answered with nothing: a call that saw one since it began to
+    #: wait takes what room there is.
+    empty_answers: int = 0
     slice_tokens: int = 0
     fleet_used_tokens: int = 0
     fleet_used_cost: float = 0.0
@@ -462,6 +470,7 @@ class SlicedBudget(Budget):
     link_errors: int = 0
     crossings: int = 0
     #: What the waiting calls want in all (each adds its own while it waits).
+    _waiting: int = 0
     _wanting_tokens: int = 0
     _wanting_cost: float = 0.0
     _reported: Spent = attrs.field(factory=Spent)
@@ -473,6 +482,11 @@ class SlicedBudget(Budget):
     @property
     def final(self) -> bool:
         return self.dry
+
+    @property
+    def holding(self) -> bool:
+        # A release can leave a float's residue of a cost hold: that holds nothing.
+        return self.reserved_tokens > 0 or self.reserved_cost > EPSILON_USD
 
     def statistics(self) -> SliceStatistics:
         return SliceStatistics(
@@ -544,14 +558,18 @@ class SlicedBudget(Budget):
         Returns after the next change: a grant, a release, the ledger's answer.
         The caller checks again (and calls again if it still wants).
         """
+        self._waiting += 1
         self._wanting_tokens += tokens
         self._wanting_cost += cost
         try:
             self._nudge()
             await self.wait_for_room()
         finally:
+            self._waiting -= 1
             self._wanting_tokens -= tokens
             self._wanting_cost -= cost
+            if not self._waiting:  # no float residue: nobody wants anything
+                self._wanting_tokens, self._wanting_cost = 0, 0.0
 
     def _nudge(self) -> None:
         if self._nudged is not None:
@@ -615,9 +633,7 @@ class SlicedBudget(Budget):
         tokens, cost = self._room()
         if tokens > 0 or cost > EPSILON_USD:
             return True
-        if not self.dry and (
-            tokens < 0 or cost < -EPSILON_USD or self._wanting_tokens or self._wanting_cost
-        ):
+        if not self.dry and (tokens < 0 or cost < -EPSILON_USD or self._waiting):
             return True
         reported = self._reported
         return self.short and (reported.tokens, reported.cost_usd) != (self.tokens, self.cost_usd)
@@ -639,11 +655,7 @@ class SlicedBudget(Budget):
         spent = self._spent()
         give_tokens, give_cost = 0, 0.0
         asking = not closing and (need_tokens > 0 or need_cost > 0)
-        if (
-            not asking
-            and (self.short or closing)
-            and not (self._wanting_tokens or self._wanting_cost)
-        ):
+        if not asking and (self.short or closing) and not self._waiting:
             # Keep only what calls hold: the rest may be what another host waits for.
             give_tokens = max(0, room_tokens)
             give_cost = room_cost if room_cost > EPSILON_USD else 0.0
@@ -672,6 +684,8 @@ class SlicedBudget(Budget):
             self.max_total_tokens += grant.tokens
         if self.max_cost_usd is not None:
             self.max_cost_usd += grant.cost_usd
+        if asking and not (grant.tokens or grant.cost_usd):
+            self.empty_answers += 1
         self.short = self.short or grant.short
         self.dry = grant.dry  # not for good: a host that gave back room may get it again
         self.slice_tokens = grant.slice_tokens
