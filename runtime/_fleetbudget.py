@@ -25,27 +25,34 @@ ledger is *dry* and nothing is left here. Then the usual path ends them all
 Input that crosses the slice (input is charged, never held) is a debt: the
 slice's spend passes its ceiling, and the next grant pays it first.
 
-**Slices.** The ledger decides their size: a host that asks for ``want`` gets
-``max(want, pad)`` while the fleet has enough, where ``pad`` is
-``min(ceiling / (4 × hosts), free / (2 × hosts))``: a quarter of a fair share
-at first, so that a host asks a few times per quarter of the budget, and
-smaller as the unallocated budget shrinks, so that padding alone never
-allocates it all.
+**Slices.** The ledger decides their size. A host asks for what its waiting
+calls want beyond its room (its debt included). It gets that, but no more
+than its debt and a fair share (``free / hosts``) of what is unallocated, so
+the first host to ask cannot take it all; and while the fleet is not short,
+at least a pad of ``min(ceiling / (4 × hosts), free / (2 × hosts))``: a
+quarter of a fair share at first, so that a host asks a few times per quarter
+of the budget, and smaller as the unallocated budget shrinks, so that padding
+alone never allocates it all. A call waits while the ledger keeps granting
+(each round trip adds to the host's room); once an ask made since it began to
+wait is answered with nothing, it goes with whatever room there is.
 
 **The end of the budget: no stranding.** Once a host asks for more than the
 ledger has unallocated (or the ledger hands out its last), the fleet is *short*
 for good, and every answer says so. A host that knows the fleet is short gives
-back the room it does not hold (its unheld remainder) at its next contact, and
-asks for what its calls need, no padding; its keeper contacts the ledger every
-``poll_s`` while it has room, a debt, a waiting call or an unreported charge
-(a host with room polls even before it knows, to learn that the fleet is
-short). The ledger answers *dry* only when it has nothing unallocated and every
-other host's last report shows nothing left there (spent at least its grant:
-nothing held, nothing unheld). So no run ends on the fleet's ceiling while
-any host still holds budget, held or not: a call that finds nothing waits, as
-on one Runtime it waits while other calls hold the rest. At the first dry
-answer the fleet has spent its whole token ceiling; for cost, what a host
-keeps is less than the price of one output token (it cannot buy one).
+back the room it does not hold (its unheld remainder) whenever no call of its
+own waits, and asks for what its calls need, no padding. Its keeper contacts
+the ledger every ``poll_s`` while it has unheld room, a debt, a waiting call,
+or (once short) a charge it has not reported; a host with room polls even
+before it knows, to learn that the fleet is short. The ledger answers *dry*
+only when it has nothing unallocated and every other host's last report
+shows nothing left there (spent at least its grant: nothing held, nothing
+unheld). So no run ends on the fleet's ceiling while any host still holds
+budget, held or not: a call that finds nothing waits, as on one Runtime it
+waits while other calls hold the rest. When a run ends on the ceiling, the
+fleet has spent its whole token ceiling; for cost, each host may keep less
+than the price of one output token (it cannot buy one). The price of this:
+a live host that stops answering (and is not forgotten) keeps the others'
+last calls waiting, not ended; their deadlines still apply.
 
 **The bound.** The ledger never lets the hosts' grants add up to more than
 the ceiling (a grant is only made within ``ceiling − Σ max(granted, reported
@@ -66,9 +73,11 @@ learns the ledger is dry (a crossed slice nudges the keeper: one contact).
 
 **A dead host** (:meth:`BudgetLedger.forget`): what it was granted and did not
 report used is counted as spent. It may have spent it before dying and its
-runs resume elsewhere; counting it is the choice that keeps the bound.
-It is also what ends that host's share of the fleet's budget: a forgotten
-owner that calls again is answered dry.
+runs resume elsewhere; counting it is the choice that keeps the bound
+(counting only its reported spend could let the fleet spend its grant
+twice). A better estimate needs the dead host's checkpointed usage from the
+run store; left for later. A forgotten owner that calls again is answered
+dry, so a host restarted under the same id must use a new owner id.
 """
 
 from __future__ import annotations

@@ -466,3 +466,27 @@ async def test_closing_a_host_gives_its_remainder_back() -> None:
     assert share.granted_tokens == share.used_tokens == result.usage.total_tokens
     assert ledger.take("next", 2_000, 0.0, used()).tokens == 1_000 - share.used_tokens
     await anyio.lowlevel.checkpoint()
+
+
+@AUTOJUMP
+async def test_a_stream_past_max_tokens_is_cut_once_the_fleet_is_dry(watched: list[int]) -> None:
+    """A server that ignores max_tokens: its debt is paid while the fleet has budget, and
+    the stream is cut at the first report after its host learns the ledger is dry."""
+    ceiling = 1_000
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=2)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    runaway = ScriptedProvider(
+        [Reply(text="word " * 2_000)],  # 2,500 tokens, whatever max_tokens says
+        chunk_size=8,
+        chunk_latency_s=0.001,
+        honor_max_tokens=False,
+    )
+    async with hosts(ledger, limits, 2, latency_s=0.002) as (rts, _):
+        result = await rts[0].run(tether.Agent(name="r", provider=runaway), "q")
+    assert_consistent(result)
+    assert result.termination is tether.Termination.TOKEN_CEILING
+    # Past the ceiling: its input, and what streamed during one contact with the ledger
+    # (2 ms each way, a 2-token chunk every 1 ms).
+    assert result.usage.total_tokens <= ceiling + result.usage.input_tokens + 2 * 8
+    assert ledger.status().used_tokens == result.usage.total_tokens
+    assert min(watched) >= ceiling
