@@ -27,10 +27,11 @@ slice's spend passes its ceiling, and the next grant pays it first.
 
 **Slices.** The ledger decides their size. A host asks for what its waiting
 calls want beyond its room (its debt included). It gets that, but no more
-than its debt and a fair share (``free / hosts``) of what is unallocated, so
-the first host to ask cannot take it all; and while the fleet is not short,
-at least a pad of ``min(ceiling / (4 × hosts), free / (2 × hosts))``: a
-quarter of a fair share at first, so that a host asks a few times per quarter
+than its debt and a fair share (``free / hosts``, or a first slice if that
+is more) of what is unallocated, so the first host to ask cannot take it
+all; and while the fleet is not short, at least a pad of
+``min(ceiling / (4 × hosts), free / (2 × hosts))``: a quarter of a fair share
+at first, so that a host asks a few times per quarter
 of the budget, and smaller as the unallocated budget shrinks, so that padding
 alone never allocates it all. A call waits while the ledger keeps granting
 (each round trip adds to the host's room); once an ask made since it began to
@@ -41,9 +42,10 @@ ledger has unallocated (or the ledger hands out its last), the fleet is *short*
 for good, and every answer says so. A host that knows the fleet is short gives
 back the room it does not hold (its unheld remainder) whenever no call of its
 own waits, and asks for what its calls need, no padding. Its keeper contacts
-the ledger every ``poll_s`` while it has unheld room, a debt, a waiting call,
-or (once short) a charge it has not reported; a host with room polls even
-before it knows, to learn that the fleet is short. The ledger answers *dry*
+the ledger every ``poll_s`` while it has a debt or a waiting call, or, once
+short, unheld room or a charge it has not reported; with either of those it
+calls every ``idle_poll_s`` before it knows, to learn that the fleet is short
+(so a call may wait that long for what an idle host holds, once). The ledger answers *dry*
 only when it has nothing unallocated and every other host's last report
 shows nothing left there (spent at least its grant: nothing held, nothing
 unheld). So no run ends on the fleet's ceiling while any host still holds
@@ -328,7 +330,7 @@ class BudgetLedger:
             self.short = True
         # The debt, then no more than a fair share of what is free (so that the first
         # host to ask cannot take it all), padded to a slice while the fleet is not short.
-        ask = min(want, debt + math.ceil(max(0, free) / self.hosts))
+        ask = min(want, debt + self._fair_tokens(free))
         if not self.short:
             ask = max(self._pad_tokens(free), ask)
         return max(0, min(ask, room))
@@ -343,12 +345,22 @@ class BudgetLedger:
         room = free + debt
         if room < want:
             self.short = True
-        share_of_free = max(0.0, free) / self.hosts
-        ask = min(want, debt + share_of_free)
+        free = max(0.0, free)
+        first_slice = ceiling / (4 * self.hosts)
+        ask = min(want, debt + max(free / self.hosts, min(free, first_slice)))
         if not self.short:
-            ask = max(min(ceiling / (4 * self.hosts), share_of_free / 2), ask)
+            ask = max(min(first_slice, free / (2 * self.hosts)), ask)
         granted = max(0.0, min(ask, room))
         return granted if granted > EPSILON_USD else 0.0
+
+    def _fair_tokens(self, free: int) -> int:
+        """The most one ask gets beyond its debt: a fair share of what is free, or,
+        once that is less than a first slice, a first slice (so the end takes no
+        more round trips than the start)."""
+        ceiling = self.max_total_tokens
+        assert ceiling is not None
+        free = max(0, free)
+        return max(math.ceil(free / self.hosts), min(free, math.ceil(ceiling / (4 * self.hosts))))
 
     def _pad_tokens(self, free: int) -> int:
         ceiling = self.max_total_tokens
@@ -462,6 +474,8 @@ class SlicedBudget(Budget):
 
     link: LedgerLink
     poll_s: float = 0.05
+    #: How often a host with unheld room asks for news before the fleet is short.
+    idle_poll_s: float = 1.0
     #: How long one contact with the ledger may take before its answer is given up.
     contact_timeout_s: float = 10.0
     fleet_max_tokens: int | None = None
@@ -614,11 +628,12 @@ class SlicedBudget(Budget):
         nudged = self._nudged
         assert nudged is not None
         if not nudged.is_set():
-            if self._has_news():
-                with anyio.move_on_after(self.poll_s):
-                    await nudged.wait()
-            else:
+            interval = self._poll_in()
+            if interval is None:
                 await nudged.wait()
+            else:
+                with anyio.move_on_after(interval):
+                    await nudged.wait()
         self._nudged = anyio.Event()
 
     def _room(self) -> tuple[int, float]:
@@ -635,17 +650,29 @@ class SlicedBudget(Budget):
         )
         return tokens, cost
 
-    def _has_news(self) -> bool:
-        """Something to tell or ask the ledger: unheld room (to give back once the fleet
-        is short, and to learn that it is), a debt or a waiting call (unless the ledger
-        is dry), a charge not reported yet (once the fleet is short: others wait on it)."""
+    def _poll_in(self) -> float | None:
+        """When to call the ledger unasked (``None``: only when a call asks).
+
+        Soon (``poll_s``) with a debt or a waiting call (unless the ledger is
+        dry), and, once the fleet is short, with unheld room to give back or a
+        charge not reported yet (others' calls wait on it: the ledger is dry
+        only when every host reported it has nothing left); now and then
+        (``idle_poll_s``) with either of those before it knows the fleet is
+        short, to learn that it is (a host that spent its slice to the last
+        token and went quiet would keep the others waiting).
+        """
         tokens, cost = self._room()
-        if tokens > 0 or cost > EPSILON_USD:
-            return True
         if not self.dry and (tokens < 0 or cost < -EPSILON_USD or self._waiting):
-            return True
+            return self.poll_s
         reported = self._reported
-        return self.short and (reported.tokens, reported.cost_usd) != (self.tokens, self.cost_usd)
+        news = (
+            tokens > 0
+            or cost > EPSILON_USD
+            or (reported.tokens, reported.cost_usd) != (self.tokens, self.cost_usd)
+        )
+        if not news:
+            return None
+        return self.poll_s if self.short else self.idle_poll_s
 
     def _spent(self) -> Spent:
         return Spent(tokens=self.tokens, cost_usd=self.cost_usd, unpriced=self.unpriced)
@@ -707,7 +734,14 @@ class SlicedBudget(Budget):
 # ------------------------------------------------------------------ the seam
 
 
-def attach(rt: Runtime, link: LedgerLink, limits: Limits, *, poll_s: float = 0.05) -> SlicedBudget:
+def attach(
+    rt: Runtime,
+    link: LedgerLink,
+    limits: Limits,
+    *,
+    poll_s: float = 0.05,
+    idle_poll_s: float = 1.0,
+) -> SlicedBudget:
     """Make ``rt`` (not yet entered) spend from a fleet's budget through ``link``.
 
     ``limits`` are the fleet's ceilings, as its ledger holds them (only
@@ -715,7 +749,8 @@ def attach(rt: Runtime, link: LedgerLink, limits: Limits, *, poll_s: float = 0.0
     no budget of its own (no ``Runtime(limits=...)``). ``rt.budget`` then
     shows the host's slice: its grant so far as the ceilings, its own spend.
     ``poll_s`` is how often the host's keeper calls the ledger while it has
-    something to say (see the module docstring).
+    something to say, ``idle_poll_s`` while it only holds unheld room before
+    the fleet is short (see :meth:`SlicedBudget._poll_in`).
     """
     if rt._tg is not None:
         raise RuntimeError("attach() a fleet budget before entering the Runtime")
@@ -728,14 +763,16 @@ def attach(rt: Runtime, link: LedgerLink, limits: Limits, *, poll_s: float = 0.0
         raise TypeError(f"attach(limits=...) must be a tether.Limits, got {limits!r}")
     if limits.max_total_tokens is None and limits.max_cost_usd is None:
         raise ValueError("attach() needs limits with max_total_tokens or max_cost_usd")
-    if not poll_s > 0:
-        raise ValueError(f"attach(poll_s=...) must be > 0, got {poll_s!r}")
+    for name, value in (("poll_s", poll_s), ("idle_poll_s", idle_poll_s)):
+        if not value > 0:
+            raise ValueError(f"attach({name}=...) must be > 0, got {value!r}")
     budget = SlicedBudget(
         name="runtime.",
         max_total_tokens=None if limits.max_total_tokens is None else 0,
         max_cost_usd=None if limits.max_cost_usd is None else 0.0,
         link=link,
         poll_s=poll_s,
+        idle_poll_s=idle_poll_s,
         fleet_max_tokens=limits.max_total_tokens,
         fleet_max_cost=limits.max_cost_usd,
     )

@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 import tether
 from tether import events as ev
-from tether.providers import ModelRequest, Price, ProviderContext, Reply, ScriptedProvider
+from tether.providers import (
+    ModelRequest,
+    Price,
+    ProviderContext,
+    Reply,
+    ScriptedProvider,
+)
 from tether.runtime import _fleetbudget as fleet
 from tether.runtime._fleetbudget import (
     BudgetLedger,
@@ -489,4 +495,27 @@ async def test_a_stream_past_max_tokens_is_cut_once_the_fleet_is_dry(watched: li
     # (2 ms each way, a 2-token chunk every 1 ms).
     assert result.usage.total_tokens <= ceiling + result.usage.input_tokens + 2 * 8
     assert ledger.status().used_tokens == result.usage.total_tokens
+    assert min(watched) >= ceiling
+
+
+@AUTOJUMP
+async def test_a_host_that_spent_its_slice_and_went_quiet_still_lets_the_fleet_run_dry(
+    watched: list[int],
+) -> None:
+    """A host that spent its slice to the last token reports it, unasked: the others'
+    last calls end on the ceiling instead of waiting for it forever."""
+    ceiling = 1_000
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=4)  # a first slice of 63
+    limits = tether.Limits(max_total_tokens=ceiling)
+    greedy = Capped([Reply(text="word " * 2_000)] * 40, max_tokens=200)
+    unbounded = tether.Limits(max_continues=40, max_steps=40)
+    async with hosts(ledger, limits, 2) as (rts, slices):
+        quiet = slices[1]
+        await quiet.top_up(1, 0.0)  # a call asks: the host gets a slice
+        assert quiet.max_total_tokens == 63
+        quiet.charge(63, None)  # ... and its calls spend it exactly, then nothing runs there
+        assert ledger.status().hosts["host-1"].used_tokens == 0  # not reported yet
+        result = await rts[0].run(tether.Agent(name="g", provider=greedy, limits=unbounded), "q")
+        assert ledger.status().hosts["host-1"].used_tokens == 63
+    assert result.termination is tether.Termination.TOKEN_CEILING
     assert min(watched) >= ceiling
