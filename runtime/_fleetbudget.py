@@ -277,6 +277,11 @@ class BudgetLedger:
         self._dead_used_cost += share.used_cost
         self._dead_unpriced += share.unpriced
 
+    def dry(self) -> bool:
+        """Nothing unallocated and nothing left on any host: a new run cannot be served
+        (``RayRuntime.start`` raises ``BudgetExhausted``)."""
+        return self._answer("", 0, 0.0).dry
+
     def status(self) -> LedgerStatus:
         """The fleet's budget now (as the hosts last reported it)."""
         shares = self._shares.values()

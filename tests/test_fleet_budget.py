@@ -99,9 +99,11 @@ def test_dry_only_when_no_host_has_anything_left() -> None:
     ledger.give_back("a", 50, 0.0, used(550))
     assert ledger.take("b", 80, 0.0, used(400)).tokens == 50
     ledger.take("a", 0, 0.0, used(550))
+    assert not ledger.dry()  # b has not reported spending its last 50
     grant = ledger.take("b", 1, 0.0, used(450))
     assert grant.dry
     assert grant.used_tokens == 1_000
+    assert ledger.dry()  # for a new run too: a spent everything, and so did b
 
 
 def test_a_debt_is_spend_and_is_paid_first_from_the_next_grant() -> None:
