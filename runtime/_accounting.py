@@ -34,6 +34,7 @@ from tether.actors import ToolOutput
 from tether.providers import ModelRequest, Price, TokenUsage
 
 from ._budget import Budget, Hit, least
+from ._fleetbudget import SlicedBudget as Sliced
 from ._limits import Limits, Termination, UsageMeter
 from ._trail import Trail
 
@@ -144,6 +145,12 @@ class Accounts:
         shared = self._shared
         assert shared is not None
         cap = self.clamp()
+        if shared.sliced and cap != self._default_max:
+            # A host's slice of a fleet's budget: ask its ledger for more first.
+            topped = await self._top_up(shared, cap)
+            if isinstance(topped, Termination):
+                return topped
+            cap = topped
         if cap == 0:
             started = anyio.current_time()
             while cap == 0 and shared.holding:
@@ -166,6 +173,71 @@ class Accounts:
             request = attrs.evolve(request, max_tokens=cap)
         return request
 
+    async def _top_up(self, shared: Budget, cap: int | None) -> int | Termination | None:
+        """``cap`` once the host's slice of a fleet's budget has room for the whole call.
+
+        The call wants what it would be sent with were the slice unbounded (its
+        own budget and ``max_tokens``; without either, a slice). It waits while
+        the ledger grants more; once an ask is answered with nothing, it takes
+        what room there is (any at all); while the ledger is dry only this
+        host's calls in flight can free room, as on one Runtime (see
+        :mod:`._fleetbudget`).
+        """
+        assert isinstance(shared, Sliced)
+        if cap is None:  # nothing of the slice bounds this call (an unpriced one, say)
+            return cap
+        want = self._wanted(shared)
+        empty = shared.empty_answers
+        started = anyio.current_time()
+        waited = False
+        while True:
+            if shared.final:
+                if cap > 0 or not shared.holding:
+                    break
+                await shared.wait_for_room()
+            elif cap == 0 or (cap < want and shared.empty_answers == empty):
+                cost = self._output_cost(want) if shared.max_cost_usd is not None else 0.0
+                await shared.top_up(want if shared.max_total_tokens is not None else 0, cost)
+            else:
+                break
+            waited = True
+            ceiling = self.before_call()
+            if ceiling is not None:
+                return ceiling
+            cap = self.clamp()
+            if cap is None:
+                return cap
+        if waited:
+            trail = self._trail
+            waited_s = anyio.current_time() - started
+            why = "the host waited for more of the fleet's budget"
+            trail.add(ev.ProviderWait(**trail.head(), wait_s=waited_s, reason=why))
+        if cap == 0:
+            # The ledger is dry and nothing is held here: the fleet's budget is spent.
+            ceiling = self.before_call()
+            assert ceiling is not None, "a spent slice of a dry fleet is a ceiling"
+            return ceiling
+        return cap
+
+    def _wanted(self, shared: Sliced) -> int:
+        """The output cap were ``shared`` unbounded: the run's own budget and ``max_tokens``
+        (without either: the ledger's slice)."""
+        cap: int | None = None
+        price = self.price
+        for budget in self._budgets:
+            if budget is shared:
+                continue
+            left = budget.remaining_tokens()
+            if left is not None:
+                cap = left if cap is None else min(cap, left)
+            money = budget.remaining_cost()
+            if money is not None and price is not None and price.output > 0:
+                by_cost = int(money * 1_000_000 / price.output)
+                cap = by_cost if cap is None else min(cap, by_cost)
+        if self._default_max is not None:
+            cap = self._default_max if cap is None else min(cap, self._default_max)
+        return max(1, shared.slice_tokens) if cap is None else cap
+
     def _output_cost(self, tokens: int) -> float:
         """``tokens`` output tokens at the model's price (0 when it has none)."""
         price = self.price
@@ -187,7 +259,12 @@ class Accounts:
             return Termination.MAX_STEPS
         for budget in self._budgets:
             hit = budget.exhausted()
-            if hit is None and budget.max_cost_usd is not None and self.clamp(held=False) == 0:
+            if (
+                hit is None
+                and budget.max_cost_usd is not None
+                and self.clamp(held=False) == 0
+                and budget.final  # a host's slice of a fleet's budget can grow
+            ):
                 # The budget cannot buy one output token.
                 hit = Hit(
                     f"{budget.name}max_cost_usd",

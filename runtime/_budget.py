@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import anyio
 import attrs
+from anyio.abc import TaskGroup
 
 from ._limits import Termination
 
@@ -53,10 +54,29 @@ class Budget:
     reserved_tokens: int = 0
     reserved_cost: float = 0.0
     _released: anyio.Event | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    #: Its ceilings grow on demand (a host's slice of a fleet's budget: ``_fleetbudget``).
+    sliced: ClassVar[bool] = False
 
     @property
     def bounded(self) -> bool:
         return self.max_total_tokens is not None or self.max_cost_usd is not None
+
+    @property
+    def final(self) -> bool:
+        """Its ceilings are final: reaching them ends the runs (a slice's may still grow)."""
+        return True
+
+    # A budget that keeps a task (a host's slice of a fleet's budget) starts it in the
+    # Runtime's task group, stops it when the Runtime closes, and reports last.
+
+    def bind(self, tg: TaskGroup) -> None:
+        """Start what the budget keeps running while the Runtime runs (nothing here)."""
+
+    def close(self) -> None:
+        """Stop what ``bind`` started (the Runtime is closing)."""
+
+    async def aclose(self) -> None:
+        """Last words, once every run has ended (nothing here)."""
 
     def charge(self, tokens: int, cost_usd: float | None) -> None:
         self.tokens += tokens

@@ -328,6 +328,8 @@ class Runtime:
         await tg.__aenter__()
         self._tg = tg
         self._services.toolsets.bind(tg)
+        if self._budget is not None:
+            self._budget.bind(tg)  # a fleet's slice keeps its ledger contact (_fleetbudget)
         if self._keeper is not None:
             tg.start_soon(self._keeper.keep, self.resume, name="tether-run-store-keeper")
         return self
@@ -348,6 +350,8 @@ class Runtime:
             for run in list(self._runs.values()):
                 run.cancel("runtime shutdown")
             services.toolsets.close()  # MCP connections: their tasks end with the group
+            if self._budget is not None:
+                self._budget.close()
             if self._keeper is not None:
                 self._keeper.stop()
             return await tg.__aexit__(exc_type, exc, tb)
@@ -356,6 +360,9 @@ class Runtime:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(5):
                     await services.http.aclose()
+                if self._budget is not None:
+                    with anyio.move_on_after(5):
+                        await self._budget.aclose()
                 if self._sink_thread is not None:
                     await self._sink_thread.aclose(self.shutdown_grace_s)
                 if self.conversations is not None:
