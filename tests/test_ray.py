@@ -505,3 +505,69 @@ async def test_provider_concurrency_holds_across_the_fleet(ray_cluster: None) ->
     assert {r.termination for r in results} == {tether.Termination.ANSWERED}
     assert served == 8
     assert peak == 2
+
+
+def _spender(name: str, max_tokens: int) -> tether.Agent:
+    """Replies of 13 to 750 tokens, chosen from the input's length; at most ``max_tokens``."""
+    from .test_fleet_budget import Capped
+
+    def script(request: Any, ctx: Any) -> Reply:
+        words = 10 + (len(request.messages[0].text) * 7919) % 590
+        return Reply(text="word " * words)
+
+    return tether.Agent(name=name, provider=Capped(script, max_tokens=max_tokens, latency_s=0.01))
+
+
+async def _refused(rt: RayRuntime, agent: tether.Agent) -> bool:
+    """start() raises BudgetExhausted once the monitor has learnt that the ledger is dry."""
+    for _ in range(50):
+        try:
+            rt.start(agent, "one more")
+        except tether.runtime.BudgetExhausted:
+            return True
+        await anyio.sleep(0.1)
+    return False
+
+
+async def test_four_hosts_and_400_runs_hold_one_fleet_budget(ray_cluster: None) -> None:
+    """limits= over 4 hosts, 400 runs at once: the fleet spends its whole budget and
+    overshoots it by no more than the stated bound (the input of the calls that crossed
+    a host's grant); output never passes it; usage is exact; every run ends once."""
+    import random
+
+    ceiling = 20_000
+    rng = random.Random(7)
+    agents = [_spender("short", 256), _spender("long", 512)]
+    async with RayRuntime(
+        hosts=4, agents=agents, limits=tether.Limits(max_total_tokens=ceiling)
+    ) as rt:
+        handles = [
+            rt.start(agents[i % 2], "x" * rng.randrange(200, 2_000), host=i % 4) for i in range(400)
+        ]
+        results = [await h.result() for h in handles]
+        budget = await rt.budget()
+        assert await _refused(rt, agents[0])
+    assert budget is not None
+    for result in results:
+        assert sum(isinstance(e, ev.RunFinished) for e in result.events) == 1
+        charged = [e for e in result.events if isinstance(e, ev.UsageCharged)]
+        assert result.usage.input_tokens == sum(c.input_tokens for c in charged)
+        assert result.usage.output_tokens == sum(c.output_tokens for c in charged)
+    spent = sum(r.usage.total_tokens for r in results)
+    assert budget.ledger["used_tokens"] == spent  # what the hosts reported is what runs spent
+    assert sum(r.usage.output_tokens for r in results) <= ceiling
+    crossings = sum(s["crossings"] for s in budget.hosts if s is not None)
+    biggest_input = max(
+        c.input_tokens for r in results for c in r.events if isinstance(c, ev.UsageCharged)
+    )
+    assert ceiling <= spent <= ceiling + crossings * biggest_input
+    ended = [r for r in results if r.termination is tether.Termination.TOKEN_CEILING]
+    assert ended
+    assert {r.termination for r in results} <= {
+        tether.Termination.TOKEN_CEILING,
+        tether.Termination.ANSWERED,
+        tether.Termination.MAX_CONTINUES,
+    }
+    for result in ended:
+        hits = [e for e in result.events if isinstance(e, ev.CeilingHit)]
+        assert [(h.ceiling, h.limit) for h in hits] == [("runtime.max_total_tokens", ceiling)]

@@ -246,12 +246,9 @@ async def _ray_demo(
 
 
 def _host_lines(rt: RayRuntime, handles: Sequence[RayRunHandle[Any]]) -> tuple[HostLine, ...]:
-    """Each host as last reported, with the runs that finished on it.
-
-    ``RayRunHandle`` has no public "which host" yet: its ``_host`` is the host
-    that last held the run (the one it finished on, after any failover).
-    """
-    runs = Counter(h._host for h in handles if h.done)
+    """Each host as last reported, with the runs that finished on it (a handle's
+    ``host`` is the one that last held its run: after a failover, where it ended)."""
+    runs = Counter(h.host for h in handles if h.done)
     lines = []
     for i, info in enumerate(rt.hosts):
         pid = None if info is None else info.pid

@@ -1,31 +1,77 @@
 """The budget over all hosts of a :class:`tether.ray.RayRuntime` (``limits=``).
 
-One coordinator actor keeps the ledger; each host leases slices of the budget
-from it (see :mod:`tether.runtime._fleetbudget`).
+One coordinator actor keeps the fleet's :class:`~tether.runtime._fleetbudget.BudgetLedger`
+(a plain synchronous class: the actor serves one call at a time, so the ledger
+needs no lock). Each host's Runtime spends from a
+:class:`~tether.runtime._fleetbudget.SlicedBudget` that leases slices of it through
+a :class:`RayLedgerLink` (one actor call per contact, made by the host's budget
+keeper task, never by a run). See :mod:`tether.runtime._fleetbudget` for the
+slices, the end of the budget and the bound.
+
+A host that dies is forgotten by the ledger (:meth:`Coordinator.forget`, which
+the caller's monitor calls): what it was granted and did not report used counts
+as spent, the conservative choice that keeps the bound.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
+from tether._ray_bridge import wait_ref
 from tether.runtime import Limits, Runtime
+from tether.runtime._fleetbudget import BudgetLedger, Grant, SlicedBudget, Spent, attach
 
 
 class Coordinator:
-    """The fleet's one coordinator (a Ray actor; :mod:`tether.ray` makes it one)."""
+    """The fleet's ledger, as a Ray actor (:mod:`tether.ray` makes it one)."""
 
-    def __init__(self, limits: Limits | None) -> None:
-        self.limits = limits
+    def __init__(self, limits: Limits, hosts: int) -> None:
+        self.ledger = BudgetLedger(
+            max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd, hosts=hosts
+        )
+
+    def take(self, owner: str, tokens: int, cost_usd: float, used: Spent) -> Grant:
+        return self.ledger.take(owner, tokens, cost_usd, used)
+
+    def give_back(self, owner: str, tokens: int, cost_usd: float, used: Spent) -> Grant:
+        return self.ledger.give_back(owner, tokens, cost_usd, used)
+
+    def forget(self, owner: str) -> None:
+        self.ledger.forget(owner)
 
     def spent(self) -> bool:
-        return False
+        """Nothing is left anywhere: a new run would end on the ceiling at once."""
+        return self.ledger.dry()
 
     def status(self) -> dict[str, Any]:
-        return {}
+        return attrs.asdict(self.ledger.status())
 
 
-def join_budget(rt: Runtime, coordinator: Any, index: int, limits: Limits | None) -> None:
-    """Make ``rt`` (not entered yet) spend the fleet's budget through ``coordinator``."""
+@attrs.define
+class RayLedgerLink:
+    """A host's way to the coordinator (a :class:`~tether.runtime._fleetbudget.LedgerLink`)."""
+
+    coordinator: Any
+    owner: str
+
+    async def take(self, want_tokens: int, want_cost_usd: float, used: Spent) -> Grant:
+        grant: Grant = await wait_ref(
+            self.coordinator.take.remote(self.owner, want_tokens, want_cost_usd, used)
+        )
+        return grant
+
+    async def give_back(self, tokens: int, cost_usd: float, used: Spent) -> Grant:
+        grant: Grant = await wait_ref(
+            self.coordinator.give_back.remote(self.owner, tokens, cost_usd, used)
+        )
+        return grant
 
 
-__all__ = ["Coordinator", "join_budget"]
+def join_budget(rt: Runtime, coordinator: Any, owner: str, limits: Limits) -> SlicedBudget:
+    """Make ``rt`` (not entered yet) spend the fleet's budget, as ``owner``."""
+    return attach(rt, RayLedgerLink(coordinator, owner), limits)
+
+
+__all__ = ["Coordinator", "RayLedgerLink", "join_budget"]

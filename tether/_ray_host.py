@@ -37,6 +37,9 @@ from tether.runtime._deltas import DeltaBuffer
 from tether.runtime._run import Run
 from tether.runtime._runstore import RunStore
 
+#: One run to start: run id, agent name, input, options, the agent (if not shipped yet),
+#: the kinds of cursor to open with it.
+Start = tuple[str, str, Any, dict[str, Any], "Agent[Any, Any] | None", Sequence["Kind"]]
 #: What a follower reads: the kept events; the kept events with the live deltas; the text.
 Kind = Literal["events", "live", "text"]
 #: Where a run stands, as a poll or a result answers it: ``live`` (more to come
@@ -158,6 +161,14 @@ class Host:
         self._ids = itertools.count(1)
         self._started_at = time.time()
         self._peers: list[Any] = []
+        #: This host's name in the run store's leases and in the fleet's ledger.
+        self._owner = ""
+        self._budget: Any = None
+        #: Runs the caller started here, and those of them that ended, to send it.
+        self._watched: set[str] = set()
+        self._done: list[tuple[Run, float]] = []
+        self._done_base = 0
+        self._done_event = asyncio.Event()
 
     # ------------------------------------------------------------------ the Runtime
 
@@ -184,13 +195,22 @@ class Host:
                 lease_s=config.lease_s,
                 resume=config.store is not None,
             )
-            if config.coordinator is not None:
+            self._owner = _owner(rt, self.index)
+            if config.coordinator is not None and config.limits is not None:
                 from tether._ray_fleet import join_budget
 
-                join_budget(rt, config.coordinator, self.index, config.limits)
+                self._budget = join_budget(rt, config.coordinator, self._owner, config.limits)
             async with rt:
-                assert rt._services is not None
-                rt._services.on_gate_pause = self._paused
+                services = rt._services
+                assert services is not None
+                services.on_gate_pause = self._paused
+                forget = services.run_finished
+
+                def finished(run_id: str) -> None:
+                    forget(run_id)
+                    self._ended(run_id)
+
+                services.run_finished = finished
                 self._rt = rt
                 ready.set_result(None)
                 while not self._closing.is_set():
@@ -207,6 +227,9 @@ class Host:
     def _sweep(self) -> None:
         """Forget results nobody collected, and followers nobody polls any more."""
         now = time.monotonic()
+        while self._done and now - self._done[0][1] > KEEP_FINISHED_S:
+            self.forget(self._done.pop(0)[0].id)
+            self._done_base += 1
         for run_id, at in list(self._finished_at.items()):
             if now - at > KEEP_FINISHED_S:
                 self._runs.pop(run_id, None)
@@ -230,10 +253,9 @@ class Host:
     async def info(self) -> HostInfo:
         """Who this host is and how loaded (also opens a restarted host's Runtime)."""
         rt = await self._runtime()
-        keeper = rt._keeper
         return HostInfo(
             index=self.index,
-            owner=keeper.owner if keeper is not None else f"host-{self.index}:{os.getpid()}",
+            owner=self._owner,
             pid=os.getpid(),
             node=socket.gethostname(),
             running=rt.running,
@@ -242,18 +264,30 @@ class Host:
             started_at=self._started_at,
         )
 
-    async def start(
+    async def start_many(self, starts: Sequence[Start]) -> list[list[int] | BaseException]:
+        """Start runs here, in order (one call for the starts a caller made at once):
+        for each, the ids of its cursors (see :meth:`start`), or the error it met."""
+        rt = await self._runtime()
+        replies: list[list[int] | BaseException] = []
+        for start in starts:
+            try:
+                replies.append(self._start(rt, *start))
+            except Exception as exc:
+                replies.append(exc)
+        return replies
+
+    def _start(
         self,
+        rt: Runtime,
         run_id: str,
         agent_name: str,
         input: Any,
         options: dict[str, Any],
-        agent: Agent[Any, Any] | None = None,
-        follows: Sequence[Kind] = (),
+        agent: Agent[Any, Any] | None,
+        follows: Sequence[Kind],
     ) -> list[int]:
-        """Start a run here (its arguments were checked by the caller); with a
-        cursor of each kind in ``follows`` opened from its start (their ids)."""
-        rt = await self._runtime()
+        """Start a run (its arguments were checked by the caller), with a cursor of
+        each kind in ``follows`` opened from its start; their ids."""
         if agent is not None:
             self.agents[agent.name] = agent
             if rt._keeper is not None:
@@ -264,7 +298,46 @@ class Host:
         handle = rt.start(found, input, run_id=run_id, **options)
         run = handle._run
         self._runs[run_id] = run
+        self._watched.add(run_id)
         return [self._open(run, kind, 0) for kind in follows]
+
+    def _ended(self, run_id: str) -> None:
+        """A run left the Runtime (finished, or parked): its caller hears of it."""
+        if run_id in self._watched:
+            self._watched.discard(run_id)
+            run = self._runs.get(run_id)
+            if run is not None:
+                self._done.append((run, time.monotonic()))
+                self._done_event.set()
+
+    async def done(
+        self, cursor: int, epoch: float | None, timeout_s: float
+    ) -> tuple[list[tuple[str, Status, dict[str, Any] | None, str | None]], int]:
+        """The runs started through :meth:`start_many` that ended since ``cursor``
+        (waits up to ``timeout_s`` for one): each ``(run_id, status, result, agent)``,
+        and the cursor to ask from next. Asking from a cursor lets this host forget
+        the results before it; ``epoch`` (the ``started_at`` the caller knows) tells
+        a cursor of an earlier process of this host, which counts as 0."""
+        await self._runtime()
+        if epoch != self._started_at:
+            cursor = self._done_base
+        if (seen := cursor - self._done_base) > 0:
+            for run, _ in self._done[:seen]:
+                self.forget(run.id)
+            del self._done[:seen]
+            self._done_base = cursor
+        if not self._done:
+            self._done_event.clear()
+            with anyio.move_on_after(timeout_s):
+                await self._done_event.wait()
+        out: list[tuple[str, Status, dict[str, Any] | None, str | None]] = []
+        for run, _ in self._done:
+            result = run.result
+            if result is None:
+                out.append((run.id, "moved", None, None))
+            else:
+                out.append((run.id, "finished", result.dump(), run.agent.name))
+        return out, self._done_base + len(self._done)
 
     def _open(self, run: Run, kind: Kind, start: int) -> int:
         fid = next(self._ids)
@@ -380,6 +453,13 @@ class Host:
         for peer in self._peers:
             peer.pause.remote(key, seconds)
 
+    def budget(self) -> dict[str, Any] | None:
+        """This host's slice of the fleet's budget: its traffic with the ledger, its
+        crossings (``SliceStatistics``); ``None`` without ``limits=``."""
+        if self._budget is None:
+            return None
+        return attrs.asdict(self._budget.statistics())
+
     def pause(self, key: str, seconds: float) -> None:
         """Another host got a 429 with retry-after from this endpoint: wait it out here too."""
         rt = self._rt
@@ -396,6 +476,14 @@ class Host:
         if main is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await main
+
+
+def _owner(rt: Runtime, index: int) -> str:
+    """A host process's name: its Runtime's lease owner id, or one like it."""
+    keeper = rt._keeper
+    if keeper is not None:
+        return keeper.owner
+    return f"{socket.gethostname()}:{os.getpid()}:host-{index}"
 
 
 def _left(run: Run) -> bool:

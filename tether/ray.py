@@ -204,6 +204,10 @@ class RayRuntime:
         self._config_refs: list[Any] = []
         self._infos: list[HostInfo | None] = []
         self._sent: list[int] = []
+        #: Per host: handles waiting for their result, a collector running, its cursor.
+        self._awaiting: list[dict[str, RayRunHandle[Any]]] = []
+        self._collecting: list[bool] = []
+        self._cursor: list[int] = []
         self._shipped: list[set[str]] = []
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
@@ -218,6 +222,7 @@ class RayRuntime:
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
         self._budget_spent = False
+        self._forgotten: set[str] = set()
         self._requests = 0
         self._watch: anyio.CancelScope | None = None
 
@@ -245,7 +250,9 @@ class RayRuntime:
         if self.limits is not None:
             from tether._ray_fleet import Coordinator
 
-            self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(self.limits)
+            self._coordinator = (
+                ray.remote(Coordinator).options(num_cpus=0).remote(self.limits, self._n)
+            )
             self._config = [attrs.evolve(c, coordinator=self._coordinator) for c in self._config]
         # Kept in the object store while the fleet lives: Ray rebuilds a host that it
         # restarts from these (its agents included).
@@ -255,6 +262,9 @@ class RayRuntime:
         ]
         self._infos = [None] * self._n
         self._sent = [0] * self._n
+        self._awaiting = [{} for _ in range(self._n)]
+        self._collecting = [False] * self._n
+        self._cursor = [0] * self._n
         self._shipped = [set(self._agents) for _ in range(self._n)]
         try:
             await self._refresh(strict=True)
@@ -332,18 +342,21 @@ class RayRuntime:
         """Ask every host who it is and how loaded (a restarted host opens its Runtime)."""
 
         async def ask(i: int, host: Any) -> None:
+            old = self._infos[i]
             try:
                 with anyio.fail_after(HOST_START_S if strict else 5):
                     info: HostInfo = await wait_ref(host.info.remote())
             except Exception as exc:
                 if strict:
                     raise RuntimeError(f"RayRuntime: host {i} did not start: {exc}") from exc
-                self._infos[i] = None
+                self._infos[i] = None  # placed on no more (a slow host comes back)
+                if isinstance(exc, HOST_LOST) and old is not None:
+                    self._gone(old)
                 return
-            old = self._infos[i]
             if old is None or old.started_at != info.started_at:  # a new process
                 if old is not None:
                     self._shipped[i] = {a.name for a in self._config[i].agents}
+                    self._gone(old)
                 host.join.remote(self._hosts)  # its peers, for 429 pauses
             self._infos[i], self._sent[i] = info, 0
 
@@ -357,6 +370,12 @@ class RayRuntime:
         if self._coordinator is not None and self.limits is not None:
             with contextlib.suppress(*HOST_LOST):
                 self._budget_spent = await wait_ref(self._coordinator.spent.remote())
+
+    def _gone(self, info: HostInfo) -> None:
+        """A host's process died: the ledger counts its unreported grant as spent."""
+        if self._coordinator is not None and info.owner not in self._forgotten:
+            self._forgotten.add(info.owner)
+            self._coordinator.forget.remote(info.owner)
 
     # ------------------------------------------------------------------ placement
 
@@ -483,23 +502,68 @@ class RayRuntime:
         return handle
 
     async def _flush(self) -> None:
+        """Send the starts made since the last checkpoint: one call per host, in order."""
         outbox = self._outbox
+        batches: dict[int, list[RayRunHandle[Any]]] = {}
         while outbox:
-            outbox.popleft()._send()
+            handle = outbox.popleft()
+            assert handle._host is not None
+            batches.setdefault(handle._host, []).append(handle)
+        for i, handles in batches.items():
+            self._send_starts(i, handles)
 
-    def _send_start(
-        self,
-        i: int,
-        run_id: str,
-        agent: Agent[Any, Any],
-        input: Any,
-        options: dict[str, Any],
-        follows: list[Kind],
-    ) -> Any:
+    def _send_starts(self, i: int, handles: Sequence[RayRunHandle[Any]]) -> None:
         shipped = self._shipped[i]
-        extra = None if agent.name in shipped else agent
-        shipped.add(agent.name)
-        return self._hosts[i].start.remote(run_id, agent.name, input, options, extra, follows)
+        items = []
+        for handle in handles:
+            agent, (input, options) = handle._agent, handle._starting or (None, {})
+            assert agent is not None
+            extra = None if agent.name in shipped else agent
+            shipped.add(agent.name)
+            follows = [stream._kind for stream in handle._early or ()]
+            items.append((handle.run_id, agent.name, input, options, extra, follows))
+        ref = self._hosts[i].start_many.remote(items)
+        for n, handle in enumerate(handles):
+            handle._host, handle._start_ref, handle._early = i, (ref, n), None
+            handle._started_on = i
+            handle._sent.set()
+
+    # ------------------------------------------------------------------ results
+
+    async def _collect(self, handle: RayRunHandle[Any], i: int) -> None:
+        """Wait until host ``i`` has sent the run's result (or was lost)."""
+        self._awaiting[i][handle.run_id] = handle
+        if not self._collecting[i]:
+            self._collecting[i] = True
+            self._spawn(lambda: self._collector(i))
+        await handle._delivered.wait()
+
+    async def _collector(self, i: int) -> None:
+        """Host ``i``'s results, as its runs end: one long poll for all of them."""
+        waiting, host = self._awaiting[i], self._hosts[i]
+        try:
+            while waiting:
+                info = self._infos[i]
+                epoch = None if info is None else info.started_at
+                try:
+                    batch, self._cursor[i] = await wait_ref(
+                        host.done.remote(self._cursor[i], epoch, POLL_S)
+                    )
+                except HOST_LOST:
+                    self._cursor[i] = 0
+                    for handle in waiting.values():
+                        handle._delivered.set()  # no result from there: they look for it
+                    waiting.clear()
+                    return
+                for run_id, status, data, agent in batch:
+                    found = waiting.pop(run_id, None) or self._handles.get(run_id)
+                    if found is None:
+                        continue  # nobody holds its handle any more
+                    if found._result is None and status == "finished":
+                        found._result = RunResult.load(data, found._output_type(agent))
+                    found._delivered.set()
+        finally:
+            self._collecting[i] = False
 
     async def run(
         self,
@@ -565,12 +629,29 @@ class RayRuntime:
         """The Ray actor handle of host ``index`` (to inspect it, or to kill it in a test)."""
         return self._hosts[index]
 
-    async def budget(self) -> dict[str, Any] | None:
-        """The fleet budget as the ledger holds it (``None`` without ``limits=``)."""
-        if self._coordinator is None or self.limits is None:
+    async def budget(self) -> FleetBudget | None:
+        """The fleet's budget (``None`` without ``limits=``): the ledger's account, and
+        each live host's slice (its contacts with the ledger, its crossings)."""
+        if self._coordinator is None:
             return None
-        status: dict[str, Any] = await wait_ref(self._coordinator.status.remote())
-        return status
+        ledger: dict[str, Any] = await wait_ref(self._coordinator.status.remote())
+        slices: list[dict[str, Any] | None] = []
+        for host in self._hosts:
+            try:
+                slices.append(await wait_ref(host.budget.remote()))
+            except HOST_LOST:
+                slices.append(None)
+        return FleetBudget(ledger=ledger, hosts=slices)
+
+
+@attrs.frozen
+class FleetBudget:
+    """:meth:`RayRuntime.budget`: the ledger's status and each host's slice, as dicts
+    (``LedgerStatus`` and ``SliceStatistics`` of :mod:`tether.runtime._fleetbudget`)."""
+
+    ledger: dict[str, Any]
+    #: Per host index; ``None`` for a host that is dead or restarting.
+    hosts: list[dict[str, Any] | None]
 
 
 class RayRunHandle(Generic[OutputT]):
@@ -584,11 +665,18 @@ class RayRunHandle(Generic[OutputT]):
         self, rt: RayRuntime, run_id: str, agent: Agent[Any, Any] | None, host: int | None
     ) -> None:
         self._rt, self.run_id, self._agent, self._host = rt, run_id, agent, host
-        self._start_ref: Any = None
+        #: The start call's reply and this run's place in it, until the host has taken it.
+        self._start_ref: tuple[Any, int] | None = None
         self._starting: tuple[Any, dict[str, Any]] | None = None
         #: Streams made before the start was sent (they open with the run), or ``None``.
         self._early: list[RayEventStream] | None = None
         self._sent = anyio.Event()
+        #: The host the run was started on: it sends the result when the run ends there.
+        self._started_on: int | None = None
+        #: Set by the collector when the run's host has sent its result (or was lost).
+        self._delivered = anyio.Event()
+        #: The cursors the host opened with the run (for the early streams).
+        self._fids: list[int] = []
         #: A host had the run once (so losing it means the run crashed with its host).
         self._found = agent is not None
         if agent is None:
@@ -601,6 +689,11 @@ class RayRunHandle(Generic[OutputT]):
     @property
     def done(self) -> bool:
         return self._result is not None
+
+    @property
+    def host(self) -> int | None:
+        """The index of the host that has the run, as last known (``None``: not known)."""
+        return self._host
 
     def __repr__(self) -> str:
         state = self._result.termination.value if self._result else "running"
@@ -619,6 +712,11 @@ class RayRunHandle(Generic[OutputT]):
 
     async def result(self) -> RunResult[OutputT]:
         """The run's result, wherever it ended (see the module on failover)."""
+        if self._result is None and self._agent is not None and not self._delivered.is_set():
+            await self._started()  # started here: its host sends the result when it ends
+            i = self._started_on
+            if i is not None and self._host == i:  # (not if it is known to have moved)
+                await self._rt._collect(self, i)
         while self._result is None:
             i = await self._where()
             if i is None:
@@ -701,36 +799,34 @@ class RayRunHandle(Generic[OutputT]):
 
     # ------------------------------------------------------------------ where it is
 
-    def _send(self) -> None:
-        assert self._host is not None
-        early, self._early = self._early or [], None
-        self._resend(self._host, early)
-        self._sent.set()
-
     async def _started(self) -> None:
         """Wait until the host has taken the run (re-sending what it could not take)."""
         rt = self._rt
         await self._sent.wait()
         while self._start_ref is not None:
-            ref = self._start_ref
+            ref, n = self._start_ref
             try:
-                await wait_ref(ref)
+                reply = (await wait_ref(ref))[n]
+                if isinstance(reply, BaseException):
+                    raise reply
+                if self._start_ref == (ref, n):
+                    self._fids = reply
             except HOST_LOST:
                 # The host died with the run hardly begun: where no store has it, and
                 # a store exists, nothing of it can go on anywhere, so start it again.
                 if rt.store is not None and await rt.store.get(self.run_id) is None:
-                    if self._start_ref is ref:
+                    if self._start_ref == (ref, n):
                         self._resend(rt._any_host())
                     continue
             except LookupError:  # a restarted host lost the agents shipped to it
-                if self._start_ref is ref and self._host is not None:
+                if self._start_ref == (ref, n) and self._host is not None:
                     rt._shipped[self._host].discard(self._name())
                     self._resend(self._host)
                 continue
             except BaseException as exc:
-                if self._start_ref is ref:
+                if self._start_ref == (ref, n):
                     self._start_error = _cause(exc)
-            if self._start_ref is ref:
+            if self._start_ref == (ref, n):
                 self._start_ref = None
         if self._start_error is not None:
             raise self._start_error
@@ -739,17 +835,10 @@ class RayRunHandle(Generic[OutputT]):
         assert self._agent is not None
         return self._agent.name
 
-    def _resend(self, i: int, early: Sequence[RayEventStream] = ()) -> None:
-        assert self._agent is not None
-        assert self._starting is not None
-        input, options = self._starting
-        self._host = i
-        ref = self._rt._send_start(
-            i, self.run_id, self._agent, input, options, [s._kind for s in early]
-        )
-        self._start_ref = ref
-        for n, stream in enumerate(early):
-            stream._early = (ref, n, i)
+    def _resend(self, i: int) -> None:
+        """Start the run on host ``i`` again (its streams find it there)."""
+        self._fids = []
+        self._rt._send_starts(i, [self])
 
     async def _where(self) -> int | None:
         """The host holding the run now, or ``None`` if no live host has it."""
@@ -816,9 +905,10 @@ class RayEventStream:
         self._next = 0
         self._seam = -1
         self._over = False
-        #: Opened with the run: the start's reply holds this stream's cursor.
-        self._early: tuple[Any, int, int] | None = None
+        #: Opened with the run: which of the cursors the start opened is this stream's.
+        self._early: int | None = None
         if handle._early is not None:
+            self._early = len(handle._early)
             handle._early.append(self)
 
     def __aiter__(self) -> RayEventStream:
@@ -842,13 +932,11 @@ class RayEventStream:
     async def _fill(self) -> None:
         handle = self._handle
         rt = handle._rt
-        await handle._sent.wait()  # the start is sent: this stream's cursor may be in it
         if self._early is not None:
-            ref, n, i = self._early
-            self._early = None
+            k, self._early = self._early, None
             await handle._started()
-            with contextlib.suppress(*HOST_LOST):  # else it is found again below
-                self._host, self._fid = i, (await wait_ref(ref))[n]
+            if k < len(handle._fids):  # else (the start was sent again) it is found below
+                self._host, self._fid = handle._host, handle._fids[k]
         if self._fid is None and not await self._attach():
             return
         assert self._host is not None
@@ -957,4 +1045,4 @@ def _cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
-__all__ = ["RayEventStream", "RayRunHandle", "RayRuntime", "shares"]
+__all__ = ["FleetBudget", "RayEventStream", "RayRunHandle", "RayRuntime", "shares"]
