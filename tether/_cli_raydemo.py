@@ -233,10 +233,6 @@ async def _ray_demo(
                 if console is not None:
                     tg.start_soon(watch, handle, name=f"ray-demo:watch:{demo.run_id}")
                 tg.start_soon(one, handle, name=f"ray-demo:{demo.run_id}")
-                # A checkpoint per start: RayRuntime counts a run against its host
-                # only once the start is sent, so a burst of starts with no
-                # checkpoint between them would all go to the same host.
-                await anyio.lowlevel.checkpoint()
         wall = time.perf_counter() - started
         hosts = _host_lines(rt, handles)
     order = {demo.run_id: demo.index for demo in agents}
