@@ -85,7 +85,7 @@ dry, so a host restarted under the same id must use a new owner id.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -95,8 +95,14 @@ from anyio.abc import TaskGroup
 from ._budget import Budget, Hit
 from ._limits import Limits, Termination
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+
+class Host(Protocol):
+    """What :func:`attach` needs of a :class:`~._runtime.Runtime` (which imports,
+    through the accounting, this module)."""
+
+    _tg: TaskGroup | None
+    _budget: Budget | None
+
 
 #: Cost below this (USD) is nothing: float sums must not keep a fleet from being dry.
 EPSILON_USD = 1e-9
@@ -740,7 +746,7 @@ class SlicedBudget(Budget):
 
 
 def attach(
-    rt: Runtime,
+    rt: Host,
     link: LedgerLink,
     limits: Limits,
     *,

@@ -205,9 +205,8 @@ class RayRuntime:
         self._infos: list[HostInfo | None] = []
         self._sent: list[int] = []
         #: Per host: handles waiting for their result, a collector running, its cursor.
-        self._awaiting: list[dict[str, RayRunHandle[Any]]] = []
-        self._collecting: list[bool] = []
-        self._cursor: list[int] = []
+        #: Per host: the results of the runs started there, as they end.
+        self._results: list[_Results] = []
         self._shipped: list[set[str]] = []
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
@@ -262,9 +261,7 @@ class RayRuntime:
         ]
         self._infos = [None] * self._n
         self._sent = [0] * self._n
-        self._awaiting = [{} for _ in range(self._n)]
-        self._collecting = [False] * self._n
-        self._cursor = [0] * self._n
+        self._results = [_Results(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
         try:
             await self._refresh(strict=True)
@@ -528,43 +525,6 @@ class RayRuntime:
             handle._started_on = i
             handle._sent.set()
 
-    # ------------------------------------------------------------------ results
-
-    async def _collect(self, handle: RayRunHandle[Any], i: int) -> None:
-        """Wait until host ``i`` has sent the run's result (or was lost)."""
-        self._awaiting[i][handle.run_id] = handle
-        if not self._collecting[i]:
-            self._collecting[i] = True
-            self._spawn(lambda: self._collector(i))
-        await handle._delivered.wait()
-
-    async def _collector(self, i: int) -> None:
-        """Host ``i``'s results, as its runs end: one long poll for all of them."""
-        waiting, host = self._awaiting[i], self._hosts[i]
-        try:
-            while waiting:
-                info = self._infos[i]
-                epoch = None if info is None else info.started_at
-                try:
-                    batch, self._cursor[i] = await wait_ref(
-                        host.done.remote(self._cursor[i], epoch, POLL_S)
-                    )
-                except HOST_LOST:
-                    self._cursor[i] = 0
-                    for handle in waiting.values():
-                        handle._delivered.set()  # no result from there: they look for it
-                    waiting.clear()
-                    return
-                for run_id, status, data, agent in batch:
-                    found = waiting.pop(run_id, None) or self._handles.get(run_id)
-                    if found is None:
-                        continue  # nobody holds its handle any more
-                    if found._result is None and status == "finished":
-                        found._result = RunResult.load(data, found._output_type(agent))
-                    found._delivered.set()
-        finally:
-            self._collecting[i] = False
-
     async def run(
         self,
         agent: Agent[DepsT, OutputT],
@@ -644,6 +604,52 @@ class RayRuntime:
         return FleetBudget(ledger=ledger, hosts=slices)
 
 
+class _Results:
+    """The results of the runs started on one host, as they end: one long poll
+    (:meth:`Host.done`) for all of them, while some handle waits for one."""
+
+    def __init__(self, rt: RayRuntime, index: int) -> None:
+        self.rt, self.index = rt, index
+        self.waiting: dict[str, RayRunHandle[Any]] = {}
+        self.polling = False
+        self.cursor = 0
+
+    async def wait(self, handle: RayRunHandle[Any]) -> None:
+        """Until the host has sent the run's result (or was lost)."""
+        self.waiting[handle.run_id] = handle
+        if not self.polling:
+            self.polling = True
+            self.rt._spawn(self._poll)
+        await handle._delivered.wait()
+
+    async def _poll(self) -> None:
+        rt, waiting = self.rt, self.waiting
+        host = rt._hosts[self.index]
+        try:
+            while waiting:
+                info = rt._infos[self.index]
+                epoch = None if info is None else info.started_at
+                try:
+                    batch, self.cursor = await wait_ref(
+                        host.done.remote(self.cursor, epoch, POLL_S)
+                    )
+                except HOST_LOST:
+                    self.cursor = 0
+                    for handle in waiting.values():
+                        handle._delivered.set()  # no result from there: they look for it
+                    waiting.clear()
+                    return
+                for run_id, status, data, agent in batch:
+                    found = waiting.pop(run_id, None) or rt._handles.get(run_id)
+                    if found is None:
+                        continue  # nobody holds its handle any more
+                    if found._result is None and status == "finished":
+                        found._result = RunResult.load(data, found._output_type(agent))
+                    found._delivered.set()
+        finally:
+            self.polling = False
+
+
 @attrs.frozen
 class FleetBudget:
     """:meth:`RayRuntime.budget`: the ledger's status and each host's slice, as dicts
@@ -716,7 +722,7 @@ class RayRunHandle(Generic[OutputT]):
             await self._started()  # started here: its host sends the result when it ends
             i = self._started_on
             if i is not None and self._host == i:  # (not if it is known to have moved)
-                await self._rt._collect(self, i)
+                await self._rt._results[i].wait(self)
         while self._result is None:
             i = await self._where()
             if i is None:
