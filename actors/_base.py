@@ -149,10 +149,12 @@ async def supervise(
                 try:
                     request = stream.receive_nowait()
                 except anyio.WouldBlock:
-                    await bell.wait()
-                    continue
+                    request = None  # wait below: a frame parked in a handler keeps the exception
                 except anyio.EndOfStream:
                     return
+                if request is None:
+                    await bell.wait()
+                    continue
                 try:
                     await actor.handle(request)
                 except Exception:
