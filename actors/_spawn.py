@@ -28,6 +28,7 @@ path of the actors on both backends over it.
 
 from __future__ import annotations
 
+import contextvars
 import importlib.metadata
 import sys
 from collections.abc import Callable, Coroutine
@@ -104,6 +105,10 @@ def _asyncio_done(tg: Any, task: Any) -> None:
             tg.cancel_scope.cancel()
 
 
+#: The context every :class:`_Done` callback runs in (see :func:`_spawn_asyncio`).
+_DONE_CONTEXT = contextvars.Context()
+
+
 class _Done:
     """A task's done-callback: :func:`_asyncio_done` for its group.
 
@@ -140,7 +145,10 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     tg._tasks.add(task)
     if _PY314 and scope._host_task is not None:  # pragma: no cover (Python 3.14)
         asyncio.future_add_to_awaited_by(task, scope._host_task)  # type: ignore[attr-defined]
-    task.add_done_callback(_Done(tg))
+    # In a context of its own, shared: without one asyncio copies the spawner's context
+    # for every task's callback (a tracked object a task holds for its life). The callback
+    # reads no context variable, and the loop never runs two callbacks nested.
+    task.add_done_callback(_Done(tg), context=_DONE_CONTEXT)
     return True
 
 

@@ -236,10 +236,12 @@ class Run:
                     scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if self._transcript is not None:
                     await self._transcript.begin()
-                if admit:
-                    async with self._services.admission():
+                admission = self._services.admission() if admit else None
+                if admission is not None:
+                    async with admission:
                         await self._execute(tg)
                 else:
+                    # No context manager to hold while the run lives (no limit on runs).
                     await self._execute(tg)
         except* Exception:
             # Also an error beside a cancellation in one group: the cancellation
@@ -404,8 +406,9 @@ class Run:
 
     async def _loop(self) -> Decision:
         durable, state, trail = self._durable, self.state, self.trail
-        prepared = self.prepare() if durable is None else durable.prepare(self)
-        if (failed := await prepared) is not None:
+        # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
+        failed = await (self.prepare() if durable is None else durable.prepare(self))
+        if failed is not None:
             return failed
         if (ceiling := self.accounts.before_call()) is not None:
             return Decision.end(ceiling)
