@@ -53,6 +53,9 @@ from ._limits import Termination
 from ._state import Decision
 from ._trail import Trail
 
+#: No usage charged yet in an attempt (frozen, so one for all; nothing to record).
+_NOTHING = TokenUsage()
+
 
 class _Crashed:
     """The actor died on the call (at attempt ``attempt``)."""
@@ -158,7 +161,7 @@ class ModelClient:
         # Usage of the current attempt charged so far (reports are cumulative). It
         # is recorded as one UsageCharged per attempt, also when the call is cut
         # short by a ceiling or a cancellation, so usage always equals the charges.
-        seen = TokenUsage()
+        seen = _NOTHING
         # No usage report yet in this attempt: tether estimates (see _estimate).
         # While a budget applies, streamed text is charged by its estimate as it
         # arrives, so a ceiling can cut a stream that never reports usage.
@@ -229,14 +232,14 @@ class ModelClient:
                         item = _counted(item, request, input_estimate)
                         accounts.charge_stream(item.usage, seen)
                         accounts.record("model", item.usage, accounts.cost(item.usage))
-                        seen = TokenUsage()
+                        seen = _NOTHING
                         return self._finished(item)
                     case ToolCallDelta():  # after the common items: they pay no check for it
                         if trail.streaming:
                             _live(trail, item, meter.model_calls - 1, attempt)
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
-                        seen = TokenUsage()
+                        seen = _NOTHING
                         reported = False
                         streamed_bytes = 0
                         trail.add(
@@ -274,7 +277,8 @@ class ModelClient:
                         assert_never(item)
         finally:
             reply.abandon()
-            accounts.record("model", seen, accounts.cost(seen))
+            if seen is not _NOTHING:
+                accounts.record("model", seen, accounts.cost(seen))
         return await self._after_crash(request, crashed)
 
 

@@ -50,7 +50,7 @@ from tether.actors import (
     spawn_mailbox,
     supervise,
 )
-from tether.providers import Message, ModelRequest, ModelResponse, StopReason
+from tether.providers import Message, ModelRequest, ModelResponse, StopReason, ToolUseBlock
 
 from ._accounting import Accounts
 from ._agent import Agent
@@ -471,7 +471,7 @@ class Run:
                 return Decision.end(Termination.TRUNCATED_TOOL_CALL, why)
             return _continue_text(state, self.agent.limits, self.accounts, response)
         if calls:
-            decision = await self._execute_tools(response)
+            decision = await self._execute_tools(response, calls)
             if decision is not OUTPUT_GIVEN:
                 return decision
         elif stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
@@ -536,10 +536,13 @@ class Run:
 
     # ---------------------------------------------------------------- tools
 
-    async def _execute_tools(self, response: ModelResponse) -> Decision:
+    async def _execute_tools(
+        self, response: ModelResponse, calls: tuple[ToolUseBlock, ...] | None = None
+    ) -> Decision:
+        """The round's tool calls (``calls``: ``response.tool_calls``, if the caller has them)."""
         self.state.messages.append(Message(role="assistant", content=response.content))
         tool_round = self._tool_round = ToolRound(
-            response.tool_calls,
+            response.tool_calls if calls is None else calls,
             state=self.state,
             tools=self._tools.specs,
             catalogue=self._tools.catalogue,

@@ -41,7 +41,7 @@ from ._input import result_text
 from ._limits import Limits, Termination
 from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
-from ._policy import Policies, PolicyPoint, blocked
+from ._policy import Policies, PolicyPoint, Verdict, blocked
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
 
@@ -208,7 +208,12 @@ class ToolRound:
                 why = f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent"
                 self._settle(call, "denied", why, 0)
             else:
-                verdict = await self._policies.check(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                policies = self._policies
+                verdict = (
+                    await policies.check(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                    if policies.active
+                    else _ALLOWED  # no policies: no coroutine per call
+                )
                 if verdict.kind == "block":
                     self.abort("not run: the run was blocked by a policy")
                     return blocked(verdict)
@@ -449,6 +454,7 @@ class ToolRound:
             self._calls = ()
 
 
+_ALLOWED = Verdict.allow()
 _NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
 _NONE_DONE: Sequence[ToolDone] = ()
 
