@@ -787,6 +787,25 @@ async def test_tool_timeout_against_the_run_deadline(
     assert_consistent(result)
 
 
+async def test_an_async_tool_sees_its_timeout_as_its_deadline() -> None:
+    """Inside a call, anyio.current_effective_deadline() is the call's timeout away, and a
+    scope the tool opens nests inside the call's (on trio the call's is a native scope)."""
+
+    @tether.tool(timeout_s=7)
+    async def when() -> str:
+        """Says how long the call may take."""
+        left = anyio.current_effective_deadline() - anyio.current_time()
+        with anyio.move_on_after(0.01) as own:
+            await anyio.sleep(5)
+        return f"{left:.1f} {own.cancelled_caught}"
+
+    agent, _ = make([tools_reply(call("when")), Reply(text="ok")], [when])
+    result = await run(agent)
+    (done,) = finished(result)
+    assert (done.outcome, done.content) == ("ok", "7.0 True")
+    assert result.termination == "answered"
+
+
 async def test_sync_and_async_tools_both_work() -> None:
     """A sync tool runs in a worker thread and an async tool on the loop; both return."""
     agent, _ = make(
