@@ -102,7 +102,7 @@ class ModelClient:
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         meter.provider_attempts += 1
-        trail.add(ev.ModelCallStarted(**trail.head(), attempt=1, max_tokens=request.max_tokens))
+        trail.note(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
         return self._send(request, 1)
 
     async def _after_crash(

@@ -518,7 +518,7 @@ class Run:
         if decision.termination is None and self._stop_requested:
             decision = Decision("complete", "stopped", Termination.CANCELLED, "stopped")
         trail = self.trail
-        trail.add(ev.Transition(**trail.head(), kind=decision.kind, reason=decision.reason))
+        trail.note(ev.Transition, kind=decision.kind, reason=decision.reason)
         return decision
 
     # -------------------------------------------------------------- context

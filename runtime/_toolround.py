@@ -183,11 +183,7 @@ class ToolRound:
         asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = won = False
         for call in calls:
-            trail.add(
-                ev.ToolCallStarted(
-                    **trail.head(), call_id=call.id, name=call.name, arguments=call.input
-                )
-            )
+            trail.note(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
         settled = _NONE_SETTLED  # no allocation in a round without typed output
         if self._output is not None:  # final_result first (see _output.py)
             settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
@@ -420,17 +416,15 @@ class ToolRound:
     ) -> None:
         is_error = outcome != "ok"
         trail = self._trail
-        trail.add(
-            ev.ToolCallFinished(
-                **trail.head(),
-                call_id=call.id,
-                name=call.name,
-                outcome=outcome,
-                is_error=is_error,
-                attempts=attempts,
-                # The trail keeps text: an image is named by its stand-in, not carried.
-                content=result_text(content, images) if images else content,
-            )
+        trail.note(
+            ev.ToolCallFinished,
+            call_id=call.id,
+            name=call.name,
+            outcome=outcome,
+            is_error=is_error,
+            attempts=attempts,
+            # The trail keeps text: an image is named by its stand-in, not carried.
+            content=result_text(content, images) if images else content,
         )
         self._results[call.id] = ToolResultBlock(
             tool_use_id=call.id, content=content, is_error=is_error, images=images
