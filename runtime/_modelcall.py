@@ -136,18 +136,8 @@ class ModelClient:
         return await self._send(request, attempt + 1)
 
     def _finished(self, response: ModelResponse) -> ModelResponse:
-        trail = self._trail
-        trail.add(
-            ev.ModelCallFinished(
-                **trail.head(),
-                stop_reason=response.stop_reason.value,
-                usage=response.usage,
-                text=response.text,
-                tool_calls=response.tool_calls,
-                raw_stop_reason=response.raw_stop_reason,
-                model=response.model,
-            )
-        )
+        # Its fields are read off the (frozen) response when the event is first read.
+        self._trail.note_from(ev.ModelCallFinished, _finished_fields, response)
         return response
 
     def _failed(self, error: BaseException) -> Decision:
@@ -300,6 +290,18 @@ class HeldModelClient(ModelClient):
             return await super().call(held)
         finally:
             accounts.release()
+
+
+def _finished_fields(response: ModelResponse) -> dict[str, Any]:
+    """The own fields of the ``ModelCallFinished`` that ``response`` ends a call with."""
+    return {
+        "stop_reason": response.stop_reason.value,
+        "usage": response.usage,
+        "text": response.text,
+        "tool_calls": response.tool_calls,
+        "raw_stop_reason": response.raw_stop_reason,
+        "model": response.model,
+    }
 
 
 def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:

@@ -30,6 +30,10 @@ a tuple of their values (:data:`_Noted`), with :meth:`Trail.note`::
 
     trail.note(ev.Transition, kind="continue", reason="tool_use")
 
+and ``ModelCallFinished``, whose fields are read off the response, keeps the
+response and the function that reads them until it is read
+(:meth:`Trail.note_from`).
+
 The collector stops tracking such a tuple at its first pass when it holds only
 plain values (a tool call's arguments, a dict, keep it tracked: one object then,
 not an event and its fields).
@@ -48,7 +52,7 @@ import typing
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypedDict, overload
+from typing import Any, TypedDict, TypeVar, overload
 
 import anyio
 import attrs
@@ -56,6 +60,8 @@ import attrs
 import tether.runtime._events as ev
 
 from ._deltas import Delta, DeltaBuffer
+
+T = TypeVar("T")
 
 
 class Head(TypedDict):
@@ -140,6 +146,19 @@ class Trail:
             return
         code = _NOTE_CODE[kind]
         self._events.append((code, self.round, time.time(), *_NOTE_VALUES[code](fields)))
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def note_from(
+        self, kind: type[ev.Event], fields: Callable[[T], dict[str, Any]], source: T
+    ) -> None:
+        """Record an event whose own fields are ``fields(source)``, called when the event
+        is first read (with a sink, at once). ``source`` must not change: a frozen value."""
+        if self._sink is not None:
+            self.add(kind(**self.head(), **fields(source)))
+            return
+        self._events.append((_DERIVED, self.round, time.time(), kind, fields, source))
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -383,8 +402,10 @@ assert len(_STAGES) <= 16, "a stage index must fit in four bits"
 
 
 #: An event of a kind in :data:`NOTED` recorded compactly: the tuple
-#: ``(kind's index in NOTED, round, at, *its own fields' values in their order)``.
+#: ``(kind's index in NOTED, round, at, *its own fields' values in their order)``;
+#: or one recorded with :meth:`Trail.note_from`: ``(_DERIVED, round, at, kind, fields, source)``.
 _Noted = tuple[Any, ...]
+_DERIVED = -1
 #: The kinds :meth:`Trail.note` records compactly: every round has them, and their
 #: own fields hold plain values (str, int, float, bool, None, a tool call's arguments).
 NOTED: tuple[type[ev.Event], ...] = (
@@ -409,6 +430,11 @@ def _built(run_id: str, items: list[ev.Event | _Compact | _Noted], seq: int) -> 
     item = items[seq]
     if isinstance(item, tuple):
         code, round, at, *values = item
+        if code == _DERIVED:
+            kind, fields, source = values
+            derived: ev.Event = kind(run_id=run_id, seq=seq, round=round, at=at, **fields(source))
+            items[seq] = derived
+            return derived
         noted = NOTED[code](
             run_id=run_id,
             seq=seq,

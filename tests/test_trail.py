@@ -151,3 +151,22 @@ def test_a_noted_event_is_built_once_untracked_until_then_and_dumped_alike() -> 
     )
     assert 0 < started.at <= transition.at
     assert dumped == [ev.dump(started), ev.dump(transition)]
+
+
+def test_an_event_noted_from_a_source_reads_its_fields_once_when_first_read() -> None:
+    """Trail.note_from calls the fields function only when the event is first read, once."""
+    trail = Trail("r")
+    calls: list[str] = []
+
+    def fields(source: str) -> dict[str, object]:
+        calls.append(source)
+        return {"kind": "complete", "reason": source}
+
+    trail.note_from(ev.Transition, fields, "answered")
+    assert calls == []
+    event = trail.event(0)
+    assert event is trail.event(0)
+    assert event == ev.Transition(
+        run_id="r", seq=0, round=0, at=event.at, kind="complete", reason="answered"
+    )
+    assert calls == ["answered"]
