@@ -72,6 +72,8 @@ def _asyncio_internals() -> tuple[Any, Any] | None:
 
 _ASYNCIO: tuple[Any, Any] | None = None
 _ASYNCIO_FIELDS = ("_tasks", "_exceptions", "_on_completed_fut", "cancel_scope", "_entered")
+#: The task-group classes whose instances were found to have every one of _ASYNCIO_FIELDS.
+_FIT: set[type] = set()
 _PY314 = sys.version_info >= (3, 14)
 #: What :func:`spawn` starts: a coroutine function.
 TaskFunc = Callable[..., Coroutine[Any, Any, Any]]
@@ -130,8 +132,12 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     global _ASYNCIO
     if _ASYNCIO is None:
         _ASYNCIO = _asyncio_internals()
-    if _ASYNCIO is None or not all(hasattr(tg, f) for f in _ASYNCIO_FIELDS):
+    if _ASYNCIO is None:
         return False
+    if type(tg) not in _FIT:  # checked once per task-group class, not per task
+        if not all(hasattr(tg, f) for f in _ASYNCIO_FIELDS):
+            return False
+        _FIT.add(type(tg))
     scope = tg.cancel_scope
     if not tg._entered or not scope._active:
         return False  # let start_soon raise its own error

@@ -442,8 +442,12 @@ class ToolRound:
 
     def close(self) -> None:
         """Answer the round's calls in the model's order: the pairing rule."""
-        if self._calls and len(self._results) == len(self._calls):
-            results = tuple(self._results[c.id] for c in self._calls)
+        calls = self._calls
+        if calls and len(self._results) == len(calls):
+            if len(calls) == 1:  # the common round: no generator for one result
+                results: tuple[ToolResultBlock, ...] = (self._results[calls[0].id],)
+            else:
+                results = tuple(self._results[c.id] for c in calls)
             self._state.messages.append(Message(role="user", content=results))
             self._calls = ()
 
