@@ -41,6 +41,7 @@ from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._context import _CONTEXT, RunContext, ToolOutput
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
+from ._spawn import _CHECKED
 from ._threads import ToolThreads
 from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
 
@@ -117,6 +118,7 @@ class ToolSettings:
 
 class ToolActor:
     __slots__ = (
+        "_clock",
         "_limiter",
         "_max_retries",
         "_run_timeout_s",
@@ -141,7 +143,7 @@ class ToolActor:
         self._limiter: anyio.Semaphore | None = None
         self._threads = threads
         # Made in the actor's task (its supervisor calls the factory): the backend is known.
-        self._timeout_scope = _timeout_scopes()
+        self._timeout_scope, self._clock = _timeout_scopes()
 
     async def handle(self, request: RunTools) -> None:
         # A run that stopped listening (it was cancelled) wants no more results:
@@ -226,7 +228,9 @@ class ToolActor:
         while True:
             attempt += 1
             failure: Outcome
-            with self._timeout_scope(timeout) if bounded else _NO_TIMEOUT as scope:
+            with (
+                self._timeout_scope(deadline=self._clock() + timeout) if bounded else _NO_TIMEOUT
+            ) as scope:
                 try:
                     if spec.is_async:
                         value = await spec.fn(**kwargs)
@@ -267,25 +271,37 @@ class ToolActor:
         return kind if kind in ("model", "transient", "fatal") else "fatal"
 
 
-def _timeout_scopes() -> Callable[[float], _Scope]:
-    """What makes a call's timeout scope, for the backend running now.
+def _timeout_scopes() -> tuple[Callable[..., _Scope], Callable[[], float]]:
+    """The class of a call's timeout scope (made with ``deadline=``) and the clock that
+    deadline is on, for the backend running now: what ``anyio.move_on_after`` makes,
+    without looking the backend up again for every call.
 
-    ``anyio.move_on_after``; on trio, the trio scope it would wrap, made directly.
-    anyio's trio scopes are trio's behind a wrapper; a native trio scope nests with
-    them as one of theirs would and gives ``anyio.current_effective_deadline()`` the
-    same deadline. Without the wrapper a call's scope costs a dozen Python calls fewer.
-    Outside a running loop (no backend to ask), ``anyio.move_on_after``: right anywhere.
+    - trio: trio's own scope and clock. anyio's trio scopes are trio's behind a
+      wrapper; a native one nests with them as one of theirs would and gives
+      ``anyio.current_effective_deadline()`` the same deadline.
+    - asyncio, on an anyio release in ``_spawn.CHECKED_ANYIO``: anyio's asyncio scope
+      class, made directly as its backend's ``create_cancel_scope`` makes it, and the
+      loop's clock (anyio's ``current_time`` there).
+    - anything else (another anyio, no running loop): ``anyio.CancelScope`` and
+      ``anyio.current_time``, the public pair ``move_on_after`` stands for.
     """
     # sniffio's first test, read directly, as _channel does.
     if sniffio.thread_local.name == "trio":
-        return _trio_timeout_scope
-    return anyio.move_on_after
+        import trio  # here: only on trio, where it is loaded already
 
+        return trio.CancelScope, trio.current_time
+    if _CHECKED:
+        import asyncio
 
-def _trio_timeout_scope(timeout: float) -> _Scope:
-    import trio  # here: only on trio, where it is loaded already
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            from anyio._backends._asyncio import CancelScope
 
-    return trio.CancelScope(deadline=trio.current_time() + timeout)
+            return CancelScope, loop.time
+    return anyio.CancelScope, anyio.current_time
 
 
 class _Scope(Protocol):

@@ -806,6 +806,34 @@ async def test_an_async_tool_sees_its_timeout_as_its_deadline() -> None:
     assert result.termination == "answered"
 
 
+async def test_a_call_timeout_scope_is_the_backend_scope_move_on_after_makes(
+    anyio_backend: Any,
+) -> None:
+    """The tool actor's timeout scope class and clock, per backend: trio's scope on trio,
+    anyio's on asyncio (made without the backend lookup), each on the backend's clock."""
+    from tether.actors import _spawn, _tools
+
+    make_scope, clock = _tools._timeout_scopes()
+    scope = make_scope(deadline=clock() + 5)
+    with scope:
+        assert anyio.current_effective_deadline() == pytest.approx(anyio.current_time() + 5)
+    assert not scope.cancelled_caught
+    if anyio_backend == "trio":
+        import trio
+
+        assert isinstance(scope, trio.CancelScope)
+    else:
+        assert isinstance(scope, anyio.CancelScope)
+        assert clock is not anyio.current_time or not _spawn._CHECKED
+
+
+def test_outside_a_loop_the_call_timeout_scope_is_anyio_public_pair() -> None:
+    """With no loop running, the tool actor falls back on anyio.CancelScope and current_time."""
+    from tether.actors import _tools
+
+    assert _tools._timeout_scopes() == (anyio.CancelScope, anyio.current_time)
+
+
 async def test_sync_and_async_tools_both_work() -> None:
     """A sync tool runs in a worker thread and an async tool on the loop; both return."""
     agent, _ = make(
