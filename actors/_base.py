@@ -142,35 +142,38 @@ async def supervise(
     crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
     stream, bell = mailbox.stream, mailbox.bell
-    with stream:
-        try:
-            while True:
-                # Mailbox.receive, inlined: an idle actor parks one frame less deep.
-                try:
-                    request = stream.receive_nowait()
-                except anyio.WouldBlock:
-                    await bell.wait()
-                    continue
-                except anyio.EndOfStream:
-                    return
-                try:
-                    await actor.handle(request)
-                except Exception:
-                    now = anyio.current_time()
-                    if crashes is None:
-                        crashes = deque()
-                    while crashes and now - crashes[0] > policy.period_s:
-                        crashes.popleft()
-                    gave_up = len(crashes) >= policy.max_restarts
-                    fail(request, ActorCrashed(name, traceback.format_exc(), gave_up=gave_up))
-                    if gave_up:
-                        return  # closing the mailbox fails every later request
-                    crashes.append(now)
-                    actor = factory()
-        finally:
-            # Requests still queued (the actor was stopped or gave up) are failed,
-            # so no requester waits for ever and no reply channel is left open.
-            drain(name, mailbox.stream)
+    # try/finally, not ``with stream``: a parked frame would hold the bound __exit__.
+    try:
+        while True:
+            # Mailbox.receive, inlined: an idle actor parks one frame less deep.
+            try:
+                request = stream.receive_nowait()
+            except anyio.WouldBlock:
+                request = None  # wait below: a frame parked in a handler keeps the exception
+            except anyio.EndOfStream:
+                return
+            if request is None:
+                await bell.wait()
+                continue
+            try:
+                await actor.handle(request)
+            except Exception:
+                now = anyio.current_time()
+                if crashes is None:
+                    crashes = deque()
+                while crashes and now - crashes[0] > policy.period_s:
+                    crashes.popleft()
+                gave_up = len(crashes) >= policy.max_restarts
+                fail(request, ActorCrashed(name, traceback.format_exc(), gave_up=gave_up))
+                if gave_up:
+                    return  # closing the mailbox fails every later request
+                crashes.append(now)
+                actor = factory()
+    finally:
+        # Requests still queued (the actor was stopped or gave up) are failed,
+        # so no requester waits for ever and no reply channel is left open.
+        drain(name, stream)
+        stream.close()
 
 
 def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:

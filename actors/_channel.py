@@ -109,8 +109,8 @@ class Doorbell(_Parking):
     #: ``_park`` itself (not a coroutine that awaits it): one frame less per wait.
     wait = _Parking._park
 
-    def ring(self) -> None:
-        self._wake()
+    #: Wake the actor if it is parked (``_wake`` itself: no frame of its own).
+    ring = _Parking._wake
 
 
 @attrs.frozen
@@ -150,7 +150,8 @@ class ReplyChannel(_Parking, Generic[T]):
         if len(self._buffer) >= self._size:
             raise anyio.WouldBlock
         self._buffer.append(item)
-        self._wake()
+        if self._parked is not None:
+            self._wake()
 
     async def send(self, item: T) -> None:
         while True:
@@ -165,7 +166,8 @@ class ReplyChannel(_Parking, Generic[T]):
         """The sender is done: the receiver gets what is buffered, then EndOfStream."""
         if not self._closed:
             self._closed = True
-            self._wake()
+            if self._parked is not None:
+                self._wake()
 
     def __enter__(self) -> ReplyChannel[T]:
         return self
@@ -176,16 +178,42 @@ class ReplyChannel(_Parking, Generic[T]):
     # -------------------------------------------------------------- receiver
 
     async def receive(self) -> T:
-        buffer = self._buffer
-        while not buffer:
-            if self._closed:
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                raise anyio.EndOfStream
+        while self._may_block():
             await self._park()
-        item = buffer.pop(0)
-        if self._parked is not None:
-            self._wake()  # a sender waiting for room
-        return item
+        try:
+            return self.receive_nowait()
+        except anyio.EndOfStream:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise
+
+    def _may_block(self) -> bool:
+        return not self._buffer and not self._closed
+
+    def receive_nowait(self) -> T:
+        """A buffered item at once: :class:`anyio.WouldBlock` when there is none yet,
+        :class:`anyio.EndOfStream` once the sender closed and the buffer is empty.
+
+        With :meth:`wait_receivable` it is :meth:`receive` without a coroutine of its
+        own: a requester's loop parks one frame less deep, and makes no coroutine per
+        item (two replies a round). Unlike :meth:`receive` it is no cancellation
+        point at the end of the stream: such a loop checks for a pending
+        cancellation itself (``anyio.lowlevel.checkpoint_if_cancelled``) before it
+        treats the end as the actor's.
+        """
+        buffer = self._buffer
+        if buffer:
+            item = buffer.pop(0)
+            if self._parked is not None:
+                self._wake()  # a sender waiting for room
+            return item
+        if self._closed:
+            raise anyio.EndOfStream
+        raise anyio.WouldBlock
+
+    #: What to await after :meth:`receive_nowait` raised WouldBlock: parks until the
+    #: sender sends or closes (``_park`` itself, so no frame of its own), a
+    #: cancellation point. Then try :meth:`receive_nowait` again.
+    wait_receivable = _Parking._park
 
     def statistics(self) -> ReplyStatistics:
         """The buffer's fill and size, and whether each side is still open."""
@@ -202,4 +230,5 @@ class ReplyChannel(_Parking, Generic[T]):
         if not self._abandoned:
             self._abandoned = True
             self._buffer.clear()
-            self._wake()
+            if self._parked is not None:
+                self._wake()

@@ -28,6 +28,7 @@ path of the actors on both backends over it.
 
 from __future__ import annotations
 
+import contextvars
 import importlib.metadata
 import sys
 from collections.abc import Callable, Coroutine
@@ -71,6 +72,8 @@ def _asyncio_internals() -> tuple[Any, Any] | None:
 
 _ASYNCIO: tuple[Any, Any] | None = None
 _ASYNCIO_FIELDS = ("_tasks", "_exceptions", "_on_completed_fut", "cancel_scope", "_entered")
+#: The task-group classes whose instances were found to have every one of _ASYNCIO_FIELDS.
+_FIT: set[type] = set()
 _PY314 = sys.version_info >= (3, 14)
 #: What :func:`spawn` starts: a coroutine function.
 TaskFunc = Callable[..., Coroutine[Any, Any, Any]]
@@ -104,6 +107,10 @@ def _asyncio_done(tg: Any, task: Any) -> None:
             tg.cancel_scope.cancel()
 
 
+#: The context every :class:`_Done` callback runs in (see :func:`_spawn_asyncio`).
+_DONE_CONTEXT = contextvars.Context()
+
+
 class _Done:
     """A task's done-callback: :func:`_asyncio_done` for its group.
 
@@ -125,8 +132,12 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     global _ASYNCIO
     if _ASYNCIO is None:
         _ASYNCIO = _asyncio_internals()
-    if _ASYNCIO is None or not all(hasattr(tg, f) for f in _ASYNCIO_FIELDS):
+    if _ASYNCIO is None:
         return False
+    if type(tg) not in _FIT:  # checked once per task-group class, not per task
+        if not all(hasattr(tg, f) for f in _ASYNCIO_FIELDS):
+            return False
+        _FIT.add(type(tg))
     scope = tg.cancel_scope
     if not tg._entered or not scope._active:
         return False  # let start_soon raise its own error
@@ -140,7 +151,10 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
     tg._tasks.add(task)
     if _PY314 and scope._host_task is not None:  # pragma: no cover (Python 3.14)
         asyncio.future_add_to_awaited_by(task, scope._host_task)  # type: ignore[attr-defined]
-    task.add_done_callback(_Done(tg))
+    # In a context of its own, shared: without one asyncio copies the spawner's context
+    # for every task's callback (a tracked object a task holds for its life). The callback
+    # reads no context variable, and the loop never runs two callbacks nested.
+    task.add_done_callback(_Done(tg), context=_DONE_CONTEXT)
     return True
 
 

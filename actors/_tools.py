@@ -29,10 +29,11 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, Self
 
 import anyio
 import attrs
+import sniffio
 
 from tether.providers import Backoff, Image, ToolUseBlock
 
@@ -40,6 +41,7 @@ from ._base import ActorFailed
 from ._channel import ReplyChannel
 from ._context import _CONTEXT, RunContext, ToolOutput
 from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
+from ._spawn import _CHECKED
 from ._threads import ToolThreads
 from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
 
@@ -115,7 +117,15 @@ class ToolSettings:
 
 
 class ToolActor:
-    __slots__ = ("_limiter", "_max_retries", "_run_timeout_s", "_settings", "_threads")
+    __slots__ = (
+        "_clock",
+        "_limiter",
+        "_max_retries",
+        "_run_timeout_s",
+        "_settings",
+        "_threads",
+        "_timeout_scope",
+    )
 
     def __init__(
         self,
@@ -132,6 +142,8 @@ class ToolActor:
         # Made on the first round with several calls: most rounds have one.
         self._limiter: anyio.Semaphore | None = None
         self._threads = threads
+        # Made in the actor's task (its supervisor calls the factory): the backend is known.
+        self._timeout_scope, self._clock = _timeout_scopes()
 
     async def handle(self, request: RunTools) -> None:
         # A run that stopped listening (it was cancelled) wants no more results:
@@ -216,7 +228,9 @@ class ToolActor:
         while True:
             attempt += 1
             failure: Outcome
-            with anyio.move_on_after(timeout) if bounded else _NO_TIMEOUT as scope:
+            with (
+                self._timeout_scope(deadline=self._clock() + timeout) if bounded else _NO_TIMEOUT
+            ) as scope:
                 try:
                     if spec.is_async:
                         value = await spec.fn(**kwargs)
@@ -255,6 +269,50 @@ class ToolActor:
         except Exception:
             return "fatal"  # a broken classifier must not hide a failure as success
         return kind if kind in ("model", "transient", "fatal") else "fatal"
+
+
+def _timeout_scopes() -> tuple[Callable[..., _Scope], Callable[[], float]]:
+    """The class of a call's timeout scope (made with ``deadline=``) and the clock that
+    deadline is on, for the backend running now: what ``anyio.move_on_after`` makes,
+    without looking the backend up again for every call.
+
+    - trio: trio's own scope and clock. anyio's trio scopes are trio's behind a
+      wrapper; a native one nests with them as one of theirs would and gives
+      ``anyio.current_effective_deadline()`` the same deadline.
+    - asyncio, on an anyio release in ``_spawn.CHECKED_ANYIO``: anyio's asyncio scope
+      class, made directly as its backend's ``create_cancel_scope`` makes it, and the
+      loop's clock (anyio's ``current_time`` there).
+    - anything else (another anyio, no running loop): ``anyio.CancelScope`` and
+      ``anyio.current_time``, the public pair ``move_on_after`` stands for.
+    """
+    # sniffio's first test, read directly, as _channel does.
+    if sniffio.thread_local.name == "trio":
+        import trio  # here: only on trio, where it is loaded already
+
+        return trio.CancelScope, trio.current_time
+    if _CHECKED:
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            from anyio._backends._asyncio import CancelScope
+
+            return CancelScope, loop.time
+    return anyio.CancelScope, anyio.current_time
+
+
+class _Scope(Protocol):
+    """What a call's timeout scope offers ``_execute``."""
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: Any) -> bool | None: ...
 
 
 class _NoTimeout:

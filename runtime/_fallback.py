@@ -33,6 +33,7 @@ run ends ``refusal``); the refused call stays in the trail (its
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -77,7 +78,8 @@ def model_client(
 
     def actor(target: Provider, first_call: int = 0) -> ActorRef[ModelCall]:
         gate, http = services.gate_for(target), services.http
-        return spawn("model", lambda: ModelActor(target, run_id, gate, http, first_call))
+        # A partial, not a lambda: two tracked objects a run holds, not a closure's seven.
+        return spawn("model", functools.partial(ModelActor, target, run_id, gate, http, first_call))
 
     # A resumed run's requests go on from its checkpoint's count (a scripted provider
     # indexes its script with it); a fresh run's count is 0.

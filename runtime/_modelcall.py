@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from typing import Any, assert_never
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 import tether.runtime._events as ev
@@ -51,6 +52,9 @@ from ._estimate import BYTES_PER_TOKEN, estimate_input, estimate_tokens, respons
 from ._limits import Termination
 from ._state import Decision
 from ._trail import Trail
+
+#: No usage charged yet in an attempt (frozen, so one for all; nothing to record).
+_NOTHING = TokenUsage()
 
 
 class _Crashed:
@@ -98,7 +102,7 @@ class ModelClient:
         trail, meter = self._trail, self._accounts.meter
         meter.model_calls += 1
         meter.provider_attempts += 1
-        trail.add(ev.ModelCallStarted(**trail.head(), attempt=1, max_tokens=request.max_tokens))
+        trail.note(ev.ModelCallStarted, attempt=1, max_tokens=request.max_tokens)
         return self._send(request, 1)
 
     async def _after_crash(
@@ -132,18 +136,8 @@ class ModelClient:
         return await self._send(request, attempt + 1)
 
     def _finished(self, response: ModelResponse) -> ModelResponse:
-        trail = self._trail
-        trail.add(
-            ev.ModelCallFinished(
-                **trail.head(),
-                stop_reason=response.stop_reason.value,
-                usage=response.usage,
-                text=response.text,
-                tool_calls=response.tool_calls,
-                raw_stop_reason=response.raw_stop_reason,
-                model=response.model,
-            )
-        )
+        # Its fields are read off the (frozen) response when the event is first read.
+        self._trail.note_from(ev.ModelCallFinished, _finished_fields, response)
         return response
 
     def _failed(self, error: BaseException) -> Decision:
@@ -157,7 +151,7 @@ class ModelClient:
         # Usage of the current attempt charged so far (reports are cumulative). It
         # is recorded as one UsageCharged per attempt, also when the call is cut
         # short by a ceiling or a cancellation, so usage always equals the charges.
-        seen = TokenUsage()
+        seen = _NOTHING
         # No usage report yet in this attempt: tether estimates (see _estimate).
         # While a budget applies, streamed text is charged by its estimate as it
         # arrives, so a ceiling can cut a stream that never reports usage.
@@ -179,14 +173,21 @@ class ModelClient:
             except ActorCrashed as gone:
                 crashed = _Crashed(gone, attempt)
             while crashed is None:
+                # reply.receive(), inlined: no coroutine per item, one frame less parked.
                 try:
-                    item = await reply.receive()
+                    item = reply.receive_nowait()
+                except anyio.WouldBlock:
+                    item = None  # wait below: a frame parked in a handler keeps the exception
                 except anyio.EndOfStream:
                     # Closed unanswered: the actor died with the request (had the
-                    # run been cancelled, receive would have raised that instead).
+                    # run been cancelled, the checkpoint would raise that instead).
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     stopped = ActorCrashed("model", "the model actor stopped without an answer")
                     crashed = _Crashed(stopped, attempt)
                     break
+                if item is None:
+                    await reply.wait_receivable()
+                    continue
                 match item:
                     case TextDelta():
                         if trail.streaming:  # someone reads deltas (else: none is built)
@@ -221,14 +222,14 @@ class ModelClient:
                         item = _counted(item, request, input_estimate)
                         accounts.charge_stream(item.usage, seen)
                         accounts.record("model", item.usage, accounts.cost(item.usage))
-                        seen = TokenUsage()
+                        seen = _NOTHING
                         return self._finished(item)
                     case ToolCallDelta():  # after the common items: they pay no check for it
                         if trail.streaming:
                             _live(trail, item, meter.model_calls - 1, attempt)
                     case RetryScheduled():
                         accounts.record("model", seen, accounts.cost(seen))
-                        seen = TokenUsage()
+                        seen = _NOTHING
                         reported = False
                         streamed_bytes = 0
                         trail.add(
@@ -266,7 +267,8 @@ class ModelClient:
                         assert_never(item)
         finally:
             reply.abandon()
-            accounts.record("model", seen, accounts.cost(seen))
+            if seen is not _NOTHING:
+                accounts.record("model", seen, accounts.cost(seen))
         return await self._after_crash(request, crashed)
 
 
@@ -288,6 +290,18 @@ class HeldModelClient(ModelClient):
             return await super().call(held)
         finally:
             accounts.release()
+
+
+def _finished_fields(response: ModelResponse) -> dict[str, Any]:
+    """The own fields of the ``ModelCallFinished`` that ``response`` ends a call with."""
+    return {
+        "stop_reason": response.stop_reason.value,
+        "usage": response.usage,
+        "text": response.text,
+        "tool_calls": response.tool_calls,
+        "raw_stop_reason": response.raw_stop_reason,
+        "model": response.model,
+    }
 
 
 def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:

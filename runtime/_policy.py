@@ -132,7 +132,8 @@ class Policies:
     def __init__(
         self, policies: Sequence[PolicyLike], trail: Trail, context: ContextMaker | None = None
     ) -> None:
-        self._checks = [as_check(p, context) for p in policies]
+        # A tuple: no policies is the shared empty tuple, not a tracked list per run.
+        self._checks = tuple(as_check(p, context) for p in policies)
         self._trail = trail
         #: Whether there is any policy to check (read every round).
         self.active = bool(self._checks)

@@ -50,7 +50,7 @@ from tether.actors import (
     spawn_mailbox,
     supervise,
 )
-from tether.providers import Message, ModelRequest, ModelResponse, StopReason
+from tether.providers import Message, ModelRequest, ModelResponse, StopReason, ToolUseBlock
 
 from ._accounting import Accounts
 from ._agent import Agent
@@ -236,10 +236,12 @@ class Run:
                     scope.cancel(f"run {self.id}: {self._cancel_reason}")
                 if self._transcript is not None:
                     await self._transcript.begin()
-                if admit:
-                    async with self._services.admission():
+                admission = self._services.admission() if admit else None
+                if admission is not None:
+                    async with admission:
                         await self._execute(tg)
                 else:
+                    # No context manager to hold while the run lives (no limit on runs).
                     await self._execute(tg)
         except* Exception:
             # Also an error beside a cancellation in one group: the cancellation
@@ -404,8 +406,9 @@ class Run:
 
     async def _loop(self) -> Decision:
         durable, state, trail = self._durable, self.state, self.trail
-        prepared = self.prepare() if durable is None else durable.prepare(self)
-        if (failed := await prepared) is not None:
+        # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
+        failed = await (self.prepare() if durable is None else durable.prepare(self))
+        if failed is not None:
             return failed
         if (ceiling := self.accounts.before_call()) is not None:
             return Decision.end(ceiling)
@@ -468,7 +471,7 @@ class Run:
                 return Decision.end(Termination.TRUNCATED_TOOL_CALL, why)
             return _continue_text(state, self.agent.limits, self.accounts, response)
         if calls:
-            decision = await self._execute_tools(response)
+            decision = await self._execute_tools(response, calls)
             if decision is not OUTPUT_GIVEN:
                 return decision
         elif stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
@@ -515,7 +518,7 @@ class Run:
         if decision.termination is None and self._stop_requested:
             decision = Decision("complete", "stopped", Termination.CANCELLED, "stopped")
         trail = self.trail
-        trail.add(ev.Transition(**trail.head(), kind=decision.kind, reason=decision.reason))
+        trail.note(ev.Transition, kind=decision.kind, reason=decision.reason)
         return decision
 
     # -------------------------------------------------------------- context
@@ -533,10 +536,13 @@ class Run:
 
     # ---------------------------------------------------------------- tools
 
-    async def _execute_tools(self, response: ModelResponse) -> Decision:
+    async def _execute_tools(
+        self, response: ModelResponse, calls: tuple[ToolUseBlock, ...] | None = None
+    ) -> Decision:
+        """The round's tool calls (``calls``: ``response.tool_calls``, if the caller has them)."""
         self.state.messages.append(Message(role="assistant", content=response.content))
         tool_round = self._tool_round = ToolRound(
-            response.tool_calls,
+            response.tool_calls if calls is None else calls,
             state=self.state,
             tools=self._tools.specs,
             catalogue=self._tools.catalogue,

@@ -9,7 +9,7 @@ the shared budget spent, the run finished). It holds no reference to the Runtime
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -62,8 +62,9 @@ class RuntimeServices:
         #: Told ``(gate key, seconds)`` when a gate pauses after a 429 (a fleet's hosts).
         self.on_gate_pause: Callable[[str, float], object] | None = None
 
-    def admission(self) -> AbstractAsyncContextManager[Any]:
-        return self._admission if self._admission is not None else nullcontext()
+    def admission(self) -> AbstractAsyncContextManager[Any] | None:
+        """What a run holds while it runs (``max_concurrent_runs``), or ``None``: no limit."""
+        return self._admission
 
     def gate_for(self, provider: Provider) -> ProviderGate | None:
         key = provider.gate_key()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 import tether.runtime._events as ev
 from tether.actors import (
@@ -40,7 +41,7 @@ from ._input import result_text
 from ._limits import Limits, Termination
 from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
-from ._policy import Policies, PolicyPoint, blocked
+from ._policy import Policies, PolicyPoint, Verdict, blocked
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
 
@@ -182,11 +183,7 @@ class ToolRound:
         asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = won = False
         for call in calls:
-            trail.add(
-                ev.ToolCallStarted(
-                    **trail.head(), call_id=call.id, name=call.name, arguments=call.input
-                )
-            )
+            trail.note(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
         settled = _NONE_SETTLED  # no allocation in a round without typed output
         if self._output is not None:  # final_result first (see _output.py)
             settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
@@ -207,7 +204,12 @@ class ToolRound:
                 why = f"not run: the run's tool call budget ({limits.max_tool_calls}) is spent"
                 self._settle(call, "denied", why, 0)
             else:
-                verdict = await self._policies.check(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                policies = self._policies
+                verdict = (
+                    await policies.check(PolicyPoint.TOOL_CALL, call, call_id=call.id)
+                    if policies.active
+                    else _ALLOWED  # no policies: no coroutine per call
+                )
                 if verdict.kind == "block":
                     self.abort("not run: the run was blocked by a policy")
                     return blocked(verdict)
@@ -345,10 +347,17 @@ class ToolRound:
                 RunTools(invocations=tuple(invocations), reply=reply, context=context)
             )
             while pending:  # one answer per call; the end of the stream is not awaited
+                # reply.receive(), inlined: no coroutine per item, one frame less parked.
                 try:
-                    item = await reply.receive()
+                    item = reply.receive_nowait()
+                except anyio.WouldBlock:
+                    item = None  # wait below: a frame parked in a handler keeps the exception
                 except anyio.EndOfStream:  # closed by the actor's supervisor
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     break
+                if item is None:
+                    await reply.wait_receivable()
+                    continue
                 if isinstance(item, ActorFailed):
                     gone = item.error
                     break
@@ -407,17 +416,15 @@ class ToolRound:
     ) -> None:
         is_error = outcome != "ok"
         trail = self._trail
-        trail.add(
-            ev.ToolCallFinished(
-                **trail.head(),
-                call_id=call.id,
-                name=call.name,
-                outcome=outcome,
-                is_error=is_error,
-                attempts=attempts,
-                # The trail keeps text: an image is named by its stand-in, not carried.
-                content=result_text(content, images) if images else content,
-            )
+        trail.note(
+            ev.ToolCallFinished,
+            call_id=call.id,
+            name=call.name,
+            outcome=outcome,
+            is_error=is_error,
+            attempts=attempts,
+            # The trail keeps text: an image is named by its stand-in, not carried.
+            content=result_text(content, images) if images else content,
         )
         self._results[call.id] = ToolResultBlock(
             tool_use_id=call.id, content=content, is_error=is_error, images=images
@@ -435,12 +442,17 @@ class ToolRound:
 
     def close(self) -> None:
         """Answer the round's calls in the model's order: the pairing rule."""
-        if self._calls and len(self._results) == len(self._calls):
-            results = tuple(self._results[c.id] for c in self._calls)
+        calls = self._calls
+        if calls and len(self._results) == len(calls):
+            if len(calls) == 1:  # the common round: no generator for one result
+                results: tuple[ToolResultBlock, ...] = (self._results[calls[0].id],)
+            else:
+                results = tuple(self._results[c.id] for c in calls)
             self._state.messages.append(Message(role="user", content=results))
             self._calls = ()
 
 
+_ALLOWED = Verdict.allow()
 _NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
 _NONE_DONE: Sequence[ToolDone] = ()
 

@@ -23,7 +23,20 @@ is recorded compactly, as one number the garbage collector does not track
 (:data:`_Compact`), and becomes its event object when it is first read: by a
 follower, by ``RunResult.events``, by a summary. What a reader sees is the same
 either way. (With thousands of runs in flight, the collector's time is most of
-the wall time, and it grows with the tracked objects the runs keep.)
+the wall time, and it grows with the tracked objects the runs keep.) The other
+events of every round whose fields are plain values (a model call started, a
+tool call started and finished, the transition) are recorded the same way, as
+a tuple of their values (:data:`_Noted`), with :meth:`Trail.note`::
+
+    trail.note(ev.Transition, kind="continue", reason="tool_use")
+
+and ``ModelCallFinished``, whose fields are read off the response, keeps the
+response and the function that reads them until it is read
+(:meth:`Trail.note_from`).
+
+The collector stops tracking such a tuple at its first pass when it holds only
+plain values (a tool call's arguments, a dict, keep it tracked: one object then,
+not an event and its fields).
 
 Deltas (DESIGN §17) pass through the trail without being kept: :meth:`delta`
 hands one to each reader that asked (see :mod:`._deltas`) and to the sink's
@@ -33,18 +46,22 @@ client reads it before building a delta, so a run nobody streams builds none.
 
 from __future__ import annotations
 
+import operator
 import time
 import typing
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypedDict, overload
+from typing import Any, TypedDict, TypeVar, overload
 
 import anyio
+import attrs
 
 import tether.runtime._events as ev
 
 from ._deltas import Delta, DeltaBuffer
+
+T = TypeVar("T")
 
 
 class Head(TypedDict):
@@ -82,8 +99,8 @@ class Trail:
         self.run_id = run_id
         #: The round the next events belong to (0 during preparation).
         self.round = 0
-        # Event objects, and stage events recorded compactly (see the module docstring).
-        self._events: list[ev.Event | _Compact] = []
+        # Event objects, and events recorded compactly (see the module docstring).
+        self._events: list[ev.Event | _Compact | _Noted] = []
         self._finished: EventLog | None = None
         self._sink = sink
         self._waiter: anyio.Event | None = None
@@ -115,6 +132,36 @@ class Trail:
             self._waiter = None
         if self._sink is not None:
             self._sink(event)
+
+    def note(self, kind: type[ev.Event], /, **fields: Any) -> None:
+        """Record an event of a kind kept compactly (:data:`NOTED`), given its own fields
+        (every one of them): as :meth:`add` would, without building it until it is read.
+
+        Not checked here, on the hot path: a missing field raises ``KeyError``, an
+        unknown one is dropped (with a sink it is the event's ``TypeError``, which
+        ``tests/test_trail.py`` relies on to catch a misspelt field).
+        """
+        if self._sink is not None:
+            self.add(kind(**self.head(), **fields))
+            return
+        code = _NOTE_CODE[kind]
+        self._events.append((code, self.round, time.time(), *_NOTE_VALUES[code](fields)))
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def note_from(
+        self, kind: type[ev.Event], fields: Callable[[T], dict[str, Any]], source: T
+    ) -> None:
+        """Record an event whose own fields are ``fields(source)``, called when the event
+        is first read (with a sink, at once). ``source`` must not change: a frozen value."""
+        if self._sink is not None:
+            self.add(kind(**self.head(), **fields(source)))
+            return
+        self._events.append((_DERIVED, self.round, time.time(), kind, fields, source))
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
 
     def delta_head(self) -> Head:
         """The header of a delta: the ``seq`` of the last kept event (deltas take no number)."""
@@ -263,6 +310,8 @@ class Trail:
         run_id, out = self.run_id, []
         for seq in range(start, len(items)):
             item = items[seq]
+            if isinstance(item, tuple):
+                item = _built(run_id, items, seq)
             if isinstance(item, complex):
                 code = int(item.imag)
                 out.append(
@@ -352,9 +401,49 @@ _STAGE_CODE: dict[ev.Stage, int] = {stage: i << 1 for i, stage in enumerate(_STA
 assert len(_STAGES) <= 16, "a stage index must fit in four bits"
 
 
-def _built(run_id: str, items: list[ev.Event | _Compact], seq: int) -> ev.Event:
+#: An event of a kind in :data:`NOTED` recorded compactly: the tuple
+#: ``(kind's index in NOTED, round, at, *its own fields' values in their order)``;
+#: or one recorded with :meth:`Trail.note_from`: ``(_DERIVED, round, at, kind, fields, source)``.
+_Noted = tuple[Any, ...]
+_DERIVED = -1
+#: The kinds :meth:`Trail.note` records compactly: every round has them, and their
+#: own fields hold plain values (str, int, float, bool, None, a tool call's arguments).
+NOTED: tuple[type[ev.Event], ...] = (
+    ev.ModelCallStarted,
+    ev.ToolCallStarted,
+    ev.ToolCallFinished,
+    ev.Transition,
+)
+_NOTE_CODE: dict[type[ev.Event], int] = {kind: i for i, kind in enumerate(NOTED)}
+_HEAD_FIELDS = frozenset(Head.__annotations__)
+#: Each kind's own fields, in their order.
+_NOTE_FIELDS = tuple(
+    tuple(f.name for f in attrs.fields(kind) if f.name not in _HEAD_FIELDS) for kind in NOTED
+)
+assert all(len(names) >= 2 for names in _NOTE_FIELDS), "itemgetter must return a tuple"
+#: Each kind's own fields' values, from the keyword arguments (a missing one: KeyError).
+_NOTE_VALUES = tuple(operator.itemgetter(*names) for names in _NOTE_FIELDS)
+
+
+def _built(run_id: str, items: list[ev.Event | _Compact | _Noted], seq: int) -> ev.Event:
     """``items[seq]`` as its event object, building it (once) if it is compact."""
     item = items[seq]
+    if isinstance(item, tuple):
+        code, round, at, *values = item
+        if code == _DERIVED:
+            kind, fields, source = values
+            derived: ev.Event = kind(run_id=run_id, seq=seq, round=round, at=at, **fields(source))
+            items[seq] = derived
+            return derived
+        noted = NOTED[code](
+            run_id=run_id,
+            seq=seq,
+            round=round,
+            at=at,
+            **dict(zip(_NOTE_FIELDS[code], values, strict=True)),
+        )
+        items[seq] = noted
+        return noted
     if not isinstance(item, complex):
         return item
     code = int(item.imag)
@@ -374,7 +463,7 @@ class EventLog(Sequence[ev.Event]):
 
     __slots__ = ("_items", "_run_id")
 
-    def __init__(self, run_id: str, items: list[ev.Event | _Compact]) -> None:
+    def __init__(self, run_id: str, items: list[ev.Event | _Compact | _Noted]) -> None:
         self._run_id = run_id
         self._items = items
 

@@ -24,6 +24,36 @@ async def test_items_arrive_in_order_then_end_of_stream() -> None:
         await channel.receive()
 
 
+async def test_receive_nowait_and_wait_receivable() -> None:
+    """receive_nowait: WouldBlock while empty and open, the items in order, then EndOfStream;
+    wait_receivable (after a WouldBlock) parks until the sender sends or closes."""
+    channel: ReplyChannel[int] = ReplyChannel(2)
+    got: list[object] = []
+
+    async def receiver() -> None:
+        while True:
+            try:
+                got.append(channel.receive_nowait())
+                continue
+            except anyio.WouldBlock:
+                got.append("parked")
+            except anyio.EndOfStream:
+                got.append("end")
+                return
+            await channel.wait_receivable()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(receiver)
+        await anyio.wait_all_tasks_blocked()
+        assert got == ["parked"]
+        channel.send_nowait(1)
+        channel.send_nowait(2)
+        await anyio.wait_all_tasks_blocked()
+        assert got == ["parked", 1, 2, "parked"]
+        channel.close()
+    assert got == ["parked", 1, 2, "parked", "end"]
+
+
 async def test_send_after_close_is_closed_and_full_buffer_would_block() -> None:
     """A full buffer makes send_nowait raise WouldBlock; after close, ClosedResourceError."""
     channel: ReplyChannel[int] = ReplyChannel(1)

@@ -787,6 +787,53 @@ async def test_tool_timeout_against_the_run_deadline(
     assert_consistent(result)
 
 
+async def test_an_async_tool_sees_its_timeout_as_its_deadline() -> None:
+    """Inside a call, anyio.current_effective_deadline() is the call's timeout away, and a
+    scope the tool opens nests inside the call's (on trio the call's is a native scope)."""
+
+    @tether.tool(timeout_s=7)
+    async def when() -> str:
+        """Says how long the call may take."""
+        left = anyio.current_effective_deadline() - anyio.current_time()
+        with anyio.move_on_after(0.01) as own:
+            await anyio.sleep(5)
+        return f"{left:.1f} {own.cancelled_caught}"
+
+    agent, _ = make([tools_reply(call("when")), Reply(text="ok")], [when])
+    result = await run(agent)
+    (done,) = finished(result)
+    assert (done.outcome, done.content) == ("ok", "7.0 True")
+    assert result.termination == "answered"
+
+
+async def test_a_call_timeout_scope_is_the_backend_scope_move_on_after_makes(
+    anyio_backend: Any,
+) -> None:
+    """The tool actor's timeout scope class and clock, per backend: trio's scope on trio,
+    anyio's on asyncio (made without the backend lookup), each on the backend's clock."""
+    from tether.actors import _spawn, _tools
+
+    make_scope, clock = _tools._timeout_scopes()
+    scope = make_scope(deadline=clock() + 5)
+    with scope:
+        assert anyio.current_effective_deadline() == pytest.approx(anyio.current_time() + 5)
+    assert not scope.cancelled_caught
+    if anyio_backend == "trio":
+        import trio
+
+        assert isinstance(scope, trio.CancelScope)
+    else:
+        assert isinstance(scope, anyio.CancelScope)
+        assert clock is not anyio.current_time or not _spawn._CHECKED
+
+
+def test_outside_a_loop_the_call_timeout_scope_is_anyio_public_pair() -> None:
+    """With no loop running, the tool actor falls back on anyio.CancelScope and current_time."""
+    from tether.actors import _tools
+
+    assert _tools._timeout_scopes() == (anyio.CancelScope, anyio.current_time)
+
+
 async def test_sync_and_async_tools_both_work() -> None:
     """A sync tool runs in a worker thread and an async tool on the loop; both return."""
     agent, _ = make(

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
 import typing
 
+import attrs
 import pytest
 
 import tether
 from tether import events as ev
 from tether.providers import Reply, ScriptedProvider, ToolCall
 from tether.runtime._events import Stage
-from tether.runtime._trail import EventLog, Trail
+from tether.runtime._trail import NOTED, EventLog, Trail
 
 from .helpers import add, kinds
 
@@ -98,3 +100,73 @@ def test_a_stage_left_by_an_exception_stays_open_and_the_next_one_opens() -> Non
         ("StageEntered", "finalize"),
         ("StageExited", "finalize"),
     ]
+
+
+def _fields(event: ev.Event) -> dict[str, object]:
+    return {
+        k: v for k, v in attrs.asdict(event, recurse=False).items() if k not in ("at", "run_id")
+    }
+
+
+async def test_noted_events_read_back_as_the_events_a_sink_saw() -> None:
+    """Events kept as tuples (Trail.note) become events equal, field by field, to a sink's."""
+    seen: list[ev.Event] = []
+    async with tether.Runtime(event_sink=seen.append) as rt:
+        with_sink = await rt.run(_agent(), "q")
+    async with tether.Runtime() as rt:
+        plain = await rt.run(_agent(), "q")
+    noted = [e for e in plain.events if type(e) in NOTED]
+    assert {type(e) for e in noted} == set(NOTED)
+    assert [_fields(e) for e in noted] == [_fields(e) for e in seen if type(e) in NOTED]
+    assert [_fields(e) for e in plain.events] == [_fields(e) for e in with_sink.events]
+
+
+def test_a_noted_event_is_built_once_untracked_until_then_and_dumped_alike() -> None:
+    """A noted event keeps every field and its time, is one tuple until read (untracked
+    once collected, if its values are plain),
+    is built once, dumps as its event does, and must be given every field."""
+    trail = Trail("r")
+    trail.round = 3
+    trail.note(ev.ToolCallStarted, call_id="c1", name="add", arguments={"a": 1, "b": 2})
+    trail.note(ev.Transition, kind="continue", reason="tool_use")
+    with pytest.raises(KeyError):
+        trail.note(ev.Transition, kind="continue")
+    gc.collect()
+    # Plain values only: the collector stopped tracking it (one with arguments, a dict, stays).
+    assert not gc.is_tracked(trail._events[1])
+    dumped = trail.dumped(0)
+    started, transition = trail.event(0), trail.event(1)
+    assert started is trail.event(0)
+    assert started == ev.ToolCallStarted(
+        run_id="r",
+        seq=0,
+        round=3,
+        at=started.at,
+        call_id="c1",
+        name="add",
+        arguments={"a": 1, "b": 2},
+    )
+    assert transition == ev.Transition(
+        run_id="r", seq=1, round=3, at=transition.at, kind="continue", reason="tool_use"
+    )
+    assert 0 < started.at <= transition.at
+    assert dumped == [ev.dump(started), ev.dump(transition)]
+
+
+def test_an_event_noted_from_a_source_reads_its_fields_once_when_first_read() -> None:
+    """Trail.note_from calls the fields function only when the event is first read, once."""
+    trail = Trail("r")
+    calls: list[str] = []
+
+    def fields(source: str) -> dict[str, object]:
+        calls.append(source)
+        return {"kind": "complete", "reason": source}
+
+    trail.note_from(ev.Transition, fields, "answered")
+    assert calls == []
+    event = trail.event(0)
+    assert event is trail.event(0)
+    assert event == ev.Transition(
+        run_id="r", seq=0, round=0, at=event.at, kind="complete", reason="answered"
+    )
+    assert calls == ["answered"]
