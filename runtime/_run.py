@@ -314,11 +314,7 @@ class Run:
                 # A run that ended mid-execution still answers every tool_use it got.
                 self._tool_round.abort("the run ended before this call ran")
                 self._tool_round = None
-            output = None
-            if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
-                output = state.candidate
-            elif termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
-                output = state.output
+            output = _output(state, termination)
             state.error = error
             usage = state.usage.freeze()
             judgement = state.judgement
@@ -587,6 +583,15 @@ class Run:
         if self._done is not None:
             self._done.set()
         self._services.run_finished(self.id)
+
+
+def _output(state: RunState, termination: Termination) -> str | None:
+    """What a run that ends with ``termination`` gives as its output (see RunResult)."""
+    if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
+        return state.candidate
+    if termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
+        return state.output
+    return None
 
 
 def _tool_actor_factory(agent: Agent[Any, Any], threads: ToolThreads) -> Callable[[], ToolActor]:
