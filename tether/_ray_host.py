@@ -312,12 +312,12 @@ class Host:
 
     async def done(
         self, cursor: int, epoch: float | None, timeout_s: float
-    ) -> tuple[list[tuple[str, Status, dict[str, Any] | None, str | None]], int]:
+    ) -> tuple[list[tuple[str, Status, dict[str, Any] | None, str | None]], int, float]:
         """The runs started through :meth:`start_many` that ended since ``cursor``
         (waits up to ``timeout_s`` for one): each ``(run_id, status, result, agent)``,
-        and the cursor to ask from next. Asking from a cursor lets this host forget
-        the results before it; ``epoch`` (the ``started_at`` the caller knows) tells
-        a cursor of an earlier process of this host, which counts as 0."""
+        the cursor to ask from next, and this process's epoch (``started_at``).
+        Asking from a cursor lets this host forget the results before it; a cursor
+        of another epoch (an earlier process of this host) counts as none."""
         await self._runtime()
         if epoch != self._started_at:
             cursor = self._done_base
@@ -337,7 +337,7 @@ class Host:
                 out.append((run.id, "moved", None, None))
             else:
                 out.append((run.id, "finished", result.dump(), run.agent.name))
-        return out, self._done_base + len(self._done)
+        return out, self._done_base + len(self._done), self._started_at
 
     def _open(self, run: Run, kind: Kind, start: int) -> int:
         fid = next(self._ids)

@@ -260,6 +260,7 @@ class RayRuntime:
             actor.options(**options).remote(i, ref) for i, ref in enumerate(self._config_refs)
         ]
         self._infos = [None] * self._n
+        self._last: list[HostInfo | None] = [None] * self._n
         self._sent = [0] * self._n
         self._results = [_Results(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
@@ -339,7 +340,7 @@ class RayRuntime:
         """Ask every host who it is and how loaded (a restarted host opens its Runtime)."""
 
         async def ask(i: int, host: Any) -> None:
-            old = self._infos[i]
+            old = self._last[i]  # as last heard from, even if it has not answered since
             try:
                 with anyio.fail_after(HOST_START_S if strict else 5):
                     info: HostInfo = await wait_ref(host.info.remote())
@@ -350,6 +351,7 @@ class RayRuntime:
                 if isinstance(exc, HOST_LOST) and old is not None:
                     self._gone(old)
                 return
+            self._last[i] = info
             if old is None or old.started_at != info.started_at:  # a new process
                 if old is not None:
                     self._shipped[i] = {a.name for a in self._config[i].agents}
@@ -612,7 +614,10 @@ class _Results:
         self.rt, self.index = rt, index
         self.waiting: dict[str, RayRunHandle[Any]] = {}
         self.polling = False
+        #: Where the next poll asks from, in the numbering of the host process ``epoch``
+        #: (a restarted host numbers anew: a cursor of an older process counts as none).
         self.cursor = 0
+        self.epoch: float | None = None
 
     async def wait(self, handle: RayRunHandle[Any]) -> None:
         """Until the host has sent the run's result (or was lost)."""
@@ -627,11 +632,9 @@ class _Results:
         host = rt._hosts[self.index]
         try:
             while waiting:
-                info = rt._infos[self.index]
-                epoch = None if info is None else info.started_at
                 try:
-                    batch, self.cursor = await wait_ref(
-                        host.done.remote(self.cursor, epoch, POLL_S)
+                    batch, self.cursor, self.epoch = await wait_ref(
+                        host.done.remote(self.cursor, self.epoch, POLL_S)
                     )
                 except HOST_LOST:
                     self.cursor = 0
