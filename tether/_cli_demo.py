@@ -7,7 +7,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -214,14 +214,7 @@ async def _demo(
         handles.append(handle)
         result = await handle.result()
         results.append(result)
-        if console is None:
-            _out(f"{demo.run_id}  {result.summary()}")
-        else:
-            from rich.text import Text
-
-            style = "green" if result.ok else "yellow"
-            line = Text.assemble((demo.run_id, "dim"), "  ", (result.summary(), style))
-            console.print(line, soft_wrap=True)
+        _print_path(console, result)
 
     async def focus() -> None:
         """Stream the text of one run in flight at a time into the live view."""
@@ -344,3 +337,15 @@ def _print_tally_rich(tally: Tally, args: argparse.Namespace, console: Console) 
     console.print(table)
     for line in _tally_totals(tally, args):
         console.print(line)
+
+
+def _print_path(console: Any, result: RunResult[Any]) -> None:
+    """One finished run's line: its id and its path (plain, or styled on a console)."""
+    if console is None:
+        _out(f"{result.run_id}  {result.summary()}")
+        return
+    from rich.text import Text
+
+    style = "green" if result.ok else "yellow"
+    line = Text.assemble((result.run_id, "dim"), "  ", (result.summary(), style))
+    console.print(line, soft_wrap=True)

@@ -34,6 +34,7 @@ from tether._cli_demo import (
     DemoStats,
     Tally,
     _LiveView,
+    _print_path,
     _print_tally_plain,
     _print_tally_rich,
 )
@@ -197,14 +198,7 @@ async def _ray_demo(
         result = await handle.result()
         results.append(result)
         record(result)
-        if console is None:
-            _out(f"{handle.run_id}  {result.summary()}")
-        else:
-            from rich.text import Text
-
-            style = "green" if result.ok else "yellow"
-            line = Text.assemble((handle.run_id, "dim"), "  ", (result.summary(), style))
-            console.print(line, soft_wrap=True)
+        _print_path(console, result)
 
     async def focus() -> None:
         """Stream the text of one run in flight at a time into the live view."""

@@ -71,7 +71,6 @@ class HostConfig:
     limits: Limits | None = None
     #: The fleet's budget ledger actor (with ``limits``), or ``None``.
     coordinator: Any = None
-    hosts: int = 1
 
 
 @attrs.frozen(kw_only=True)

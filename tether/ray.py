@@ -195,7 +195,6 @@ class RayRuntime:
                 tool_threads=tool_threads,
                 shutdown_grace_s=shutdown_grace_s,
                 limits=limits,
-                hosts=hosts,
             )
             for share in shares(hosts, provider_concurrency)
         ]
@@ -423,9 +422,6 @@ class RayRuntime:
                 if self._infos[i] is not None:
                     tg.start_soon(ask, i, host)
         return found[0] if found else None
-
-    def _any_host(self) -> int:
-        return self._pick(None)
 
     # ------------------------------------------------------------------ runs
 
@@ -825,7 +821,7 @@ class RayRunHandle(Generic[OutputT]):
                 # a store exists, nothing of it can go on anywhere, so start it again.
                 if rt.store is not None and await rt.store.get(self.run_id) is None:
                     if self._start_ref == (ref, n):
-                        self._resend(rt._any_host())
+                        self._resend(rt._pick(None))
                     continue
             except LookupError:  # a restarted host lost the agents shipped to it
                 if self._start_ref == (ref, n) and self._host is not None:
@@ -890,7 +886,7 @@ class RayRunHandle(Generic[OutputT]):
             if i is None:
                 if rt.store is None:
                     return [] if method == "pending" else None  # it is gone
-                i = rt._any_host()
+                i = rt._pick(None)
             try:
                 return await wait_ref(getattr(rt._hosts[i], method).remote(self.run_id, *args))
             except HOST_LOST:
