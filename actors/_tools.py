@@ -74,6 +74,8 @@ class ToolInvocation:
 class RunTools:
     invocations: tuple[ToolInvocation, ...]
     reply: ReplyChannel[ToolReply]
+    #: The run's context for these calls; each call gets it with its ``call_id`` set
+    #: (used as it is when that is set already: a batch of one call).
     context: RunContext[Any] | None = None
 
 
@@ -191,7 +193,7 @@ class ToolActor:
     async def _run_one(
         self, invocation: ToolInvocation, context: RunContext[Any] | None
     ) -> ToolDone:
-        if context is not None:
+        if context is not None and context.call_id != invocation.call.id:
             context = RunContext(  # not attrs.evolve: it is several times slower
                 run_id=context.run_id,
                 call_id=invocation.call.id,

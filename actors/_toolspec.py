@@ -260,6 +260,8 @@ class ToolSpec(Generic[DepsT_contra]):
     #: Run after the round's parallel calls, one at a time.
     sequential: bool = False
     _params: _Params = attrs.field(init=False, repr=False)
+    # Made once per tool, so once per agent, and shared by all of its runs.
+    _definition: ToolDef = attrs.field(init=False, repr=False)
 
     @_params.default
     def _derive_params(self) -> _Params:
@@ -274,13 +276,19 @@ class ToolSpec(Generic[DepsT_contra]):
         """The parameter that receives the call's :class:`RunContext`, if the tool has one."""
         return self._params.context
 
-    def definition(self) -> ToolDef:
-        """What the model is told about this tool (a copy the provider may change)."""
+    @_definition.default
+    def _derive_definition(self) -> ToolDef:
         return ToolDef(
             name=self.name,
             description=self.description,
             input_schema=_copy_schema(self.input_schema),
         )
+
+    def definition(self) -> ToolDef:
+        """What the model is told about this tool: made once, when the spec is, from a
+        copy of ``input_schema``, and shared by every request that offers the tool
+        (read-only: see :class:`~tether.providers.ToolDef`)."""
+        return self._definition
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """The keyword arguments to call ``fn`` with, from the model's ``arguments``.

@@ -310,7 +310,12 @@ class Message:
 
 @attrs.frozen(kw_only=True)
 class ToolDef:
-    """What the model is told about a tool."""
+    """What the model is told about a tool.
+
+    A tool's definition is made once and shared by every request that offers the
+    tool, in every run: a provider reads ``input_schema`` and must not change it
+    (copy it first to send an altered schema).
+    """
 
     name: str
     description: str

@@ -54,10 +54,10 @@ from tether.providers import (
 from ._discovery import choose_tools
 from ._limits import Termination
 from ._output import OUTPUT_GIVEN
+from ._repeats import RecentCalls, canonical
 from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
 from ._state import Decision, dump_state, load_state
 from ._storedhandle import StoredRun
-from ._toolround import _canonical as canonical
 from ._toolsets import _RunWithToolsets, connect_toolsets
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class Durable:
         return decision if decision.termination is not None else None
 
     async def park(
-        self, asks: Sequence[ToolUseBlock], previous: frozenset[tuple[str, str]], reserved: int
+        self, asks: Sequence[ToolUseBlock], previous: RecentCalls, reserved: int
     ) -> None:
         """Park the run in the store until its held calls are answered; it ends here.
 

@@ -25,6 +25,7 @@ from tether.actors import Judgement
 from tether.providers import Message, ToolUseBlock, dump_message, load_message
 
 from ._limits import Termination, Usage, UsageMeter
+from ._repeats import NO_CALLS, RecentCalls
 
 
 @attrs.define(kw_only=True)
@@ -57,8 +58,8 @@ class RunState:
     found_tools: list[str] = attrs.field(factory=list)
     #: Whether discovery holds the catalogue back (``search_tools`` first).
     discovery: bool = False
-    #: The calls of the previous tool round, as (name, canonical arguments).
-    previous_calls: frozenset[tuple[str, str]] = frozenset()
+    #: The calls of the previous tool round, for the repeat check (see ``_repeats``).
+    previous_calls: RecentCalls = NO_CALLS
     #: This round's candidate answer (``None`` once the round has none).
     candidate: str | None = None
     #: Its typed value (``Agent(output_type=...)``; set with ``candidate``).
@@ -120,6 +121,12 @@ _converter = cattrs.preconf.json.make_converter()
 # Messages in the transcript's own JSON form (``tether.dump_messages``): images' bytes as base64.
 _converter.register_unstructure_hook(Message, dump_message)
 _converter.register_structure_hook(Message, lambda data, _: load_message(data))
+# The previous round's calls as [name, canonical arguments] pairs (what a frozenset of
+# them unstructured to before RecentCalls).
+_converter.register_unstructure_hook(RecentCalls, lambda calls: sorted(calls.keys()))
+_converter.register_structure_hook(
+    RecentCalls, lambda data, _: RecentCalls(keys=((str(n), str(k)) for n, k in data))
+)
 
 
 def dump_state(state: RunState) -> dict[str, Any]:

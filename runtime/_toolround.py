@@ -42,6 +42,7 @@ from ._limits import Limits, Termination
 from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, Verdict, blocked
+from ._repeats import RecentCalls
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
 
@@ -61,7 +62,7 @@ class ToolRecorder(Protocol):
     ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]: ...
 
     async def park(
-        self, asks: Sequence[ToolUseBlock], previous: frozenset[tuple[str, str]], reserved: int
+        self, asks: Sequence[ToolUseBlock], previous: RecentCalls, reserved: int
     ) -> None:
         """Park the run until the held calls are answered (it does not come back)."""
 
@@ -177,8 +178,7 @@ class ToolRound:
         calls, limits, meter, trail = self._calls, self._limits, self._accounts.meter, self._trail
         state = self._state
         previous = state.previous_calls
-        keys = [(c.name, _canonical(c.input)) for c in calls]
-        state.previous_calls = frozenset(keys)
+        state.previous_calls = RecentCalls(calls)
         admitted: list[ToolUseBlock] = []
         asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = won = False
@@ -187,13 +187,13 @@ class ToolRound:
         settled = _NONE_SETTLED  # no allocation in a round without typed output
         if self._output is not None:  # final_result first (see _output.py)
             settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
-        for call, key in zip(calls, keys, strict=True):
+        for call in calls:
             if settled and call.id in settled:
                 outcome, content, attempts = settled[call.id]
                 self._settle(call, outcome, content, attempts)
             elif won:
                 self._settle(call, "denied", OUTPUT_FIRST, 0)
-            elif key in previous:
+            elif previous.repeats(call):
                 self._settle(call, "nudged", REPEAT_NUDGE, 0)
             elif call.name not in self._tools:
                 known = ", ".join(sorted(self._tools)) or "none"
@@ -271,7 +271,7 @@ class ToolRound:
     async def _await_approvals(
         self,
         asks: list[tuple[ToolUseBlock, str]],
-        previous: frozenset[tuple[str, str]],
+        previous: RecentCalls,
         reserved: int,
     ) -> list[ToolUseBlock]:
         """Wait (within the run's deadline) for the host to approve or reject each call.
@@ -331,12 +331,15 @@ class ToolRound:
         pending = self._in_flight = {i.call.id: i.call for i in invocations}
         trail, accounts = self._trail, self._accounts
         done: list[ToolDone] = []
+        # One call (the common round): its own context, which the actor uses as it is.
+        call_id = invocations[0].call.id if len(invocations) == 1 else ""
         if self._per_run is not None:
-            context = self._per_run.context(run_child=self._run_child)
+            context = self._per_run.context(call_id, run_child=self._run_child)
         else:
             tokens, cost = accounts.remaining()
             context = RunContext(
                 run_id=trail.run_id,
+                call_id=call_id,
                 run_child=self._run_child,
                 remaining_tokens=tokens,
                 remaining_cost_usd=cost,
@@ -455,37 +458,3 @@ class ToolRound:
 _ALLOWED = Verdict.allow()
 _NONE_SETTLED: Mapping[str, tuple[ev.ToolOutcome, str, int]] = {}
 _NONE_DONE: Sequence[ToolDone] = ()
-
-# Made once: json.dumps with options builds a new encoder on every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
-# The C encoder that ``_CANONICAL`` drives, called directly: the same text with no Python
-# frame per call (JSONEncoder.encode and iterencode are Python). Checked once against
-# ``_CANONICAL``; where it is missing or differs, ``_canonical`` uses ``_CANONICAL``.
-_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-
-
-def _c_canonical(arguments: Any) -> str:
-    assert _C_ENCODER is not None
-    # A fresh ``markers`` dict each call: it detects circular input, as encode() does.
-    encode = _C_ENCODER(
-        {}, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
-    )
-    return "".join(encode(arguments, 0))
-
-
-def _c_encoder_works() -> bool:
-    sample: Any = {"b": [1, 2.5, None, True, "é\n"], "a": {"z": float("inf"), "y": object}}
-    try:
-        return _C_ENCODER is not None and _c_canonical(sample) == _CANONICAL(sample)
-    except Exception:
-        return False
-
-
-_ENCODE: Callable[[Any], str] = _c_canonical if _c_encoder_works() else _CANONICAL
-
-
-def _canonical(arguments: Any) -> str:
-    try:
-        return _ENCODE(arguments)
-    except (TypeError, ValueError):
-        return repr(arguments)

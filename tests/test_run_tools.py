@@ -556,7 +556,7 @@ async def test_repeated_call_is_nudged_not_executed() -> None:
 
 def test_repeat_key_is_the_sorted_compact_json_of_the_arguments() -> None:
     """The repeat key (kept in checkpoints) is JSONEncoder's sorted compact text, else repr."""
-    from tether.runtime import _toolround
+    from tether.runtime import _repeats
 
     encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
     circular: dict[str, Any] = {}
@@ -574,7 +574,7 @@ def test_repeat_key_is_the_sorted_compact_json_of_the_arguments() -> None:
             expected = encoder.encode(value)
         except (TypeError, ValueError):
             expected = repr(value)
-        assert _toolround._canonical(value) == expected
+        assert _repeats.canonical(value) == expected
 
 
 async def test_model_stuck_repeating_ends_at_max_steps() -> None:

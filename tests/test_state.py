@@ -24,6 +24,7 @@ from tether.providers import (
     ToolUseBlock,
 )
 from tether.runtime._limits import UsageMeter
+from tether.runtime._repeats import RecentCalls, canonical
 from tether.runtime._state import PendingApproval, RunState, dump_state, load_state
 
 from .helpers import first
@@ -111,7 +112,10 @@ states = st.builds(
     lesson_ids=st.lists(ids, max_size=3).map(tuple),
     found_tools=st.lists(ids, max_size=3),
     discovery=st.booleans(),
-    previous_calls=st.frozensets(st.tuples(ids, st.text()), max_size=3),
+    previous_calls=st.frozensets(st.tuples(ids, st.text()), max_size=3).map(
+        lambda keys: RecentCalls(keys=keys)
+    )
+    | st.lists(tool_uses, max_size=3).map(RecentCalls),
     candidate=st.none() | st.text(),
     partial=st.text(),
     output=st.none() | st.text(),
@@ -122,6 +126,33 @@ states = st.builds(
     ),
     error=st.none() | st.text(),
 )
+
+
+# Values that are equal in Python but not as canonical JSON (1, 1.0 and True), to catch
+# a repeat check that trusted Python equality alone.
+_ambiguous = st.sampled_from([0, 1, 0.0, 1.0, True, False])
+_arguments = st.recursive(
+    json_values | _ambiguous,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_calls = st.builds(ToolUseBlock, id=ids, name=st.sampled_from(["a", "b"]), input=_arguments)
+
+
+@given(st.lists(_calls, max_size=3), _calls)
+def test_the_repeat_check_is_canonical_json_equality(
+    before: list[ToolUseBlock], call: ToolUseBlock
+) -> None:
+    """A call repeats one of the previous round's exactly when name and canonical JSON
+    arguments match, whether the previous calls are held as they came or restored
+    from a checkpoint's keys."""
+    keys = {(c.name, canonical(c.input)) for c in before}
+    expected = (call.name, canonical(call.input)) in keys
+    assert RecentCalls(before).repeats(call) is expected
+    assert RecentCalls(keys=RecentCalls(before).keys()).repeats(call) is expected
+    assert RecentCalls([*before, call]).repeats(call)
 
 
 @settings(max_examples=200, deadline=None)
