@@ -25,6 +25,7 @@ from ._types import (
     Backoff,
     ContentBlock,
     Image,
+    Message,
     ModelRequest,
     ModelResponse,
     Price,
@@ -124,6 +125,7 @@ class ScriptedProvider:
     #: The context window the run bounds its transcript to (``None``: unbounded).
     context_window: int | None = None
     requests: list[tuple[ProviderContext, ModelRequest]] = attrs.field(init=False, factory=list)
+    _counted: _Counted = attrs.field(init=False, factory=lambda: _Counted(), repr=False)
     #: A native output format is accepted (and ignored: the script's text is the answer).
     native_output: ClassVar[bool] = True
 
@@ -154,7 +156,8 @@ class ScriptedProvider:
         item = self.item_for(request, ctx)
         if self.latency_s:
             await anyio.sleep(self.latency_s)
-        input_tokens = estimate_input_tokens(request)
+        last = isinstance(item, Reply) and not item.tool_calls
+        input_tokens = self._counted.input_tokens(request, ctx.run_id, last)
         if isinstance(item, Fault):
             if item.after_text:
                 text, step = item.after_text, self.chunk_size or len(item.after_text)
@@ -245,18 +248,60 @@ def _tokens(text: str) -> int:
 
 def estimate_input_tokens(request: ModelRequest) -> int:
     """A deterministic estimate: characters of the request / 4."""
-    chars = len(request.system)
-    for message in request.messages:
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                chars += len(block.text)
-            elif isinstance(block, ToolResultBlock):
-                chars += len(block.content) + IMAGE_CHARS * len(block.images)
-            elif isinstance(block, Image):
-                chars += IMAGE_CHARS
-            else:
-                chars += len(block.name) + len(repr(block.input))
+    chars = len(request.system) + sum(_message_chars(m) for m in request.messages)
     return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def _message_chars(message: Message) -> int:
+    chars = 0
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            chars += len(block.text)
+        elif isinstance(block, ToolResultBlock):
+            chars += len(block.content) + IMAGE_CHARS * len(block.images)
+        elif isinstance(block, Image):
+            chars += IMAGE_CHARS
+        else:
+            chars += len(block.name) + len(repr(block.input))
+    return chars
+
+
+class _Counted:
+    """:func:`estimate_input_tokens` without recounting a run's whole transcript per call.
+
+    A run's next request repeats its last one's messages and adds a few: each
+    run's messages as counted at its last request are kept, with their count,
+    and a request that starts with them (compared in C, by identity first) counts
+    only the rest. Anything else (a transcript a strategy bounded, a history) is
+    counted whole. A run's entry goes when its reply is an answer (its run most
+    likely ends there); at most :attr:`LIMIT` are kept, the oldest dropped first.
+    """
+
+    __slots__ = ("_runs",)
+
+    LIMIT = 65_536
+
+    def __init__(self) -> None:
+        self._runs: dict[str, tuple[tuple[Message, ...], int]] = {}
+
+    def __reduce__(self) -> tuple[type[_Counted], tuple[()]]:
+        return (_Counted, ())  # a copy (another process's) starts empty
+
+    def input_tokens(self, request: ModelRequest, run_id: str, last: bool) -> int:
+        messages, runs = request.messages, self._runs
+        start = chars = 0
+        entry = runs.pop(run_id, None)
+        if entry is not None:
+            before, counted = entry
+            if len(before) <= len(messages) and messages[: len(before)] == before:
+                start, chars = len(before), counted
+        for i in range(start, len(messages)):
+            chars += _message_chars(messages[i])
+        if not last:
+            runs[run_id] = (messages, chars)
+            if len(runs) > self.LIMIT:
+                del runs[next(iter(runs))]
+        return math.ceil((len(request.system) + chars) / CHARS_PER_TOKEN)
 
 
 __all__ = [
