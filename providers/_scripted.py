@@ -208,8 +208,7 @@ class ScriptedProvider:
         for i, call in enumerate(reply.tool_calls):
             call_id = call.id or f"call_{ctx.call_index}_{i}"
             # As a wire provider would: arguments nested too deep arrive as flat text.
-            arguments = bound_arguments(call.arguments)
-            size = _tokens(repr(arguments)) + 1
+            arguments, size = self._counted.arguments(call, keep=not callable(self.script))
             if truncated or (budget is not None and out_tokens + size > budget):
                 # The call was cut off: its arguments never finished arriving.
                 truncated = True
@@ -267,7 +266,8 @@ def _message_chars(message: Message) -> int:
 
 
 class _Counted:
-    """:func:`estimate_input_tokens` without recounting a run's whole transcript per call.
+    """:func:`estimate_input_tokens` without recounting a run's whole transcript per call
+    (and a list script's tool calls sized once: :meth:`arguments`).
 
     A run's next request repeats its last one's messages and adds a few: each
     run's messages as counted at its last request are kept, with their count,
@@ -277,12 +277,15 @@ class _Counted:
     likely ends there); at most :attr:`LIMIT` are kept, the oldest dropped first.
     """
 
-    __slots__ = ("_runs",)
+    __slots__ = ("_calls", "_runs")
 
     LIMIT = 65_536
 
     def __init__(self) -> None:
         self._runs: dict[str, tuple[tuple[Message, ...], int]] = {}
+        # A list script's tool calls (by id, each kept with its entry) -> its arguments
+        # as sent and their output tokens: the same for every run that plays it.
+        self._calls: dict[int, tuple[ToolCall, Any, int]] = {}
 
     def __reduce__(self) -> tuple[type[_Counted], tuple[()]]:
         return (_Counted, ())  # a copy (another process's) starts empty
@@ -302,6 +305,17 @@ class _Counted:
             if len(runs) > self.LIMIT:
                 del runs[next(iter(runs))]
         return math.ceil((len(request.system) + chars) / CHARS_PER_TOKEN)
+
+    def arguments(self, call: ToolCall, keep: bool) -> tuple[Any, int]:
+        """``call``'s arguments as a wire provider sends them, and their output tokens;
+        kept for the next run with ``keep`` (a list script: a bounded set of calls)."""
+        kept = self._calls.get(id(call)) if keep else None
+        if kept is None or kept[0] is not call:
+            arguments = bound_arguments(call.arguments)
+            kept = (call, arguments, _tokens(repr(arguments)) + 1)
+            if keep:
+                self._calls[id(call)] = kept
+        return kept[1], kept[2]
 
 
 __all__ = [

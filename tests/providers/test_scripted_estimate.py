@@ -123,3 +123,19 @@ def test_a_scripted_provider_still_pickles() -> None:
     provider._counted.input_tokens(ModelRequest(system="s", messages=()), ctx.run_id, last=False)
     copy = pickle.loads(pickle.dumps(provider))
     assert copy._counted._runs == {}
+
+
+@pytest.mark.anyio
+async def test_a_list_scripts_tool_calls_are_sized_once() -> None:
+    """A list script's calls are sized once for every run; a callable's are not kept."""
+    calls = [ToolCall(name="add", arguments={"a": i, "b": 1}) for i in range(3)]
+    script = [Reply(tool_calls=[call]) for call in calls] + [Reply(text="done")]
+    listed = ScriptedProvider(script)
+    made = ScriptedProvider(lambda request, ctx: script[ctx.call_index])
+    async with tether.Runtime() as rt:
+        for provider in (listed, made):
+            agent = tether.Agent(name="a", provider=provider, tools=[add])
+            results = [await rt.run(agent, "go") for _ in range(2)]
+            assert [r.usage for r in results] == [results[0].usage] * 2
+    assert [kept[0] for kept in listed._counted._calls.values()] == calls
+    assert made._counted._calls == {}
