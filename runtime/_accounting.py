@@ -357,18 +357,15 @@ class Accounts:
                 # Counted here, with the events: the meter's cache counts are their sum.
                 meter.cache_read_tokens += cache_read
                 meter.cache_write_tokens += cache_write
-            trail = self._trail
-            trail.add(
-                ev.UsageCharged(
-                    **trail.head(),
-                    source=source,
-                    input_tokens=input_tokens,
-                    output_tokens=usage.output_tokens,
-                    cost_usd=cost,
-                    estimated=usage.estimated,
-                    cache_read_tokens=cache_read,
-                    cache_write_tokens=cache_write,
-                )
+            self._trail.note(
+                ev.UsageCharged,
+                source=source,
+                input_tokens=input_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=cost,
+                estimated=usage.estimated,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
             )
 
     def charge_judge(self, usage: TokenUsage, cost: float | None) -> None:

@@ -25,8 +25,9 @@ follower, by ``RunResult.events``, by a summary. What a reader sees is the same
 either way. (With thousands of runs in flight, the collector's time is most of
 the wall time, and it grows with the tracked objects the runs keep.) The other
 events of every round whose fields are plain values (a model call started, a
-tool call started and finished, the transition) are recorded the same way, as
-a tuple of their values (:data:`_Noted`), with :meth:`Trail.note`::
+tool call started and finished, the transition, a usage charge) are recorded
+the same way, as a tuple of their values (:data:`_Noted`), with
+:meth:`Trail.note`::
 
     trail.note(ev.Transition, kind="continue", reason="tool_use")
 
@@ -413,6 +414,7 @@ NOTED: tuple[type[ev.Event], ...] = (
     ev.ToolCallStarted,
     ev.ToolCallFinished,
     ev.Transition,
+    ev.UsageCharged,
 )
 _NOTE_CODE: dict[type[ev.Event], int] = {kind: i for i, kind in enumerate(NOTED)}
 _HEAD_FIELDS = frozenset(Head.__annotations__)
