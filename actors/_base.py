@@ -132,6 +132,49 @@ def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], Mailbox]:
     return ActorRef(name, send, bell), Mailbox(receive, bell)
 
 
+class Timed(Protocol):
+    """An actor whose calls have deadlines, served inside one cancel scope (the tool actor).
+
+    :func:`supervise` enters ``scope()``'s scope around the actor's serving for as long
+    as nothing cuts it, so a call re-arms its deadline instead of entering a scope of its
+    own. When the deadline cuts a request's call, the scope is left, ``cut(request)``
+    finishes that request outside it, and serving goes on in a fresh scope.
+    """
+
+    def scope(self) -> _LifeScope: ...
+
+    async def cut(self, request: Any) -> None: ...
+
+
+class _LifeScope(Protocol):
+    @property
+    def cancel_called(self) -> bool: ...
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> bool | None: ...
+
+
+class _NoScope:
+    """The serving scope of an actor that is not :class:`Timed`."""
+
+    __slots__ = ()
+    cancel_called = False
+    cancelled_caught = False
+
+    def __enter__(self) -> _NoScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
+
+
 async def supervise(
     name: str,
     factory: Callable[[], Actor[Any]],
@@ -142,38 +185,68 @@ async def supervise(
     crashes: deque[float] | None = None  # made on the first crash
     actor = factory()
     stream, bell = mailbox.stream, mailbox.bell
+    request = None
     # try/finally, not ``with stream``: a parked frame would hold the bound __exit__.
     try:
         while True:
-            # Mailbox.receive, inlined: an idle actor parks one frame less deep.
-            try:
-                request = stream.receive_nowait()
-            except anyio.WouldBlock:
-                request = None  # wait below: a frame parked in a handler keeps the exception
-            except anyio.EndOfStream:
-                return
-            if request is None:
-                await bell.wait()
-                continue
-            try:
-                await actor.handle(request)
-            except Exception:
-                now = anyio.current_time()
-                if crashes is None:
-                    crashes = deque()
-                while crashes and now - crashes[0] > policy.period_s:
-                    crashes.popleft()
-                gave_up = len(crashes) >= policy.max_restarts
-                fail(request, ActorCrashed(name, traceback.format_exc(), gave_up=gave_up))
-                if gave_up:
-                    return  # closing the mailbox fails every later request
-                crashes.append(now)
-                actor = factory()
+            # A Timed actor serves in one scope until a deadline cuts a call (see Timed).
+            timed = getattr(actor, "scope", None)
+            scope: _LifeScope = _NO_SCOPE if timed is None else timed()
+            with scope:
+                while True:
+                    # Mailbox.receive, inlined: an idle actor parks one frame less deep.
+                    try:
+                        request = stream.receive_nowait()
+                    except anyio.WouldBlock:
+                        request = None  # wait below: a parked handler frame keeps the exception
+                    except anyio.EndOfStream:
+                        return
+                    if request is None:
+                        await bell.wait()
+                        continue
+                    try:
+                        await actor.handle(request)
+                    except Exception:
+                        crashes, gave_up = _crashed(name, request, crashes, policy)
+                        if gave_up:
+                            return  # closing the mailbox fails every later request
+                        actor = factory()
+                        break  # the new actor serves in a scope of its own
+                    if scope.cancel_called:
+                        break  # the deadline passed as the call ended: a fresh scope
+            if request is not None and scope.cancelled_caught:
+                # The scope's deadline cut the call in flight: it is finished outside.
+                try:
+                    await actor.cut(request)  # type: ignore[attr-defined]
+                except Exception:
+                    crashes, gave_up = _crashed(name, request, crashes, policy)
+                    if gave_up:
+                        return
+                    actor = factory()
     finally:
+        if request is not None:
+            # Unwound with a request in flight: its requester must not wait for ever.
+            request.reply.close()
         # Requests still queued (the actor was stopped or gave up) are failed,
         # so no requester waits for ever and no reply channel is left open.
         drain(name, stream)
         stream.close()
+
+
+def _crashed(
+    name: str, request: Request, crashes: deque[float] | None, policy: RestartPolicy
+) -> tuple[deque[float], bool]:
+    """Fail ``request`` after its handler crashed; whether the actor gives up."""
+    now = anyio.current_time()
+    if crashes is None:
+        crashes = deque()
+    while crashes and now - crashes[0] > policy.period_s:
+        crashes.popleft()
+    gave_up = len(crashes) >= policy.max_restarts
+    fail(request, ActorCrashed(name, traceback.format_exc(), gave_up=gave_up))
+    if not gave_up:
+        crashes.append(now)
+    return crashes, gave_up
 
 
 def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:

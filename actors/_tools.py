@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, Self
 
@@ -120,7 +121,10 @@ class ToolSettings:
 
 class ToolActor:
     __slots__ = (
+        "_armed",
+        "_attempt",
         "_clock",
+        "_cut_context",
         "_limiter",
         "_max_retries",
         "_run_timeout_s",
@@ -146,12 +150,61 @@ class ToolActor:
         self._threads = threads
         # Made in the actor's task (its supervisor calls the factory): the backend is known.
         self._timeout_scope, self._clock = _timeout_scopes()
+        # Arms the scope the supervisor serves this actor in (see scope), once made.
+        self._armed: _Armed | None = None
+        # The attempt in flight in that scope, and its call's context: what cut resumes.
+        self._attempt = 0
+        self._cut_context: RunContext[Any] | None = None
+
+    def scope(self) -> _Scope:
+        """The cancel scope the actor's supervisor serves it in (``actors._base.Timed``).
+
+        A lone call (the common case) re-arms the scope's deadline for each attempt,
+        instead of entering a timeout scope of its own; the deadline is infinite between
+        attempts. When it cuts an attempt, the supervisor leaves the scope and calls
+        :meth:`cut`, which finishes the call as a timed-out attempt is finished, and
+        makes a fresh scope. The calls of a batch keep a timeout scope each.
+        """
+        life = self._timeout_scope()
+        self._armed = _armed(life, self._clock)
+        return life
+
+    async def cut(self, request: RunTools) -> None:
+        """Finish ``request``, whose lone call's attempt ``self._attempt`` the actor's
+        scope cut at its deadline: its timeout outcome, or its retries (each in a
+        timeout scope of its own), exactly as :meth:`_execute` goes on after a timeout."""
+        with request.reply, contextlib.suppress(anyio.BrokenResourceError):
+            (invocation,) = request.invocations
+            context = self._cut_context
+            token = _CONTEXT.set(context)
+            try:
+                done = await self._execute(invocation, context, None, self._attempt)
+            finally:
+                _CONTEXT.reset(token)
+            request.reply.send_nowait(done)
 
     async def handle(self, request: RunTools) -> None:
+        invocations = request.invocations
+        armed = self._armed
+        if armed is not None and len(invocations) == 1:
+            # The common case: one call, timed by the actor's scope. Not ``with
+            # request.reply``: a call the deadline cut is answered by cut, and a
+            # reply left open by a cancellation is closed by the supervisor.
+            reply = request.reply
+            try:
+                done = await self._run_one(invocations[0], request.context, armed)
+            except Exception:
+                reply.close()  # a crash: the supervisor fails the request
+                raise
+            try:  # noqa: SIM105 (suppress() costs three calls more a round)
+                reply.send_nowait(done)
+            except anyio.BrokenResourceError:
+                pass  # the run stopped listening
+            reply.close()
+            return
         # A run that stopped listening (it was cancelled) wants no more results:
         # a send that finds the channel abandoned ends the batch quietly.
         with request.reply, contextlib.suppress(anyio.BrokenResourceError):
-            invocations = request.invocations
             if len(invocations) == 1:
                 # The common case: one call, nothing to bound or to cancel beside it.
                 request.reply.send_nowait(await self._run_one(invocations[0], request.context))
@@ -191,7 +244,10 @@ class ToolActor:
                         request.reply.send_nowait(_cancelled(invocation))
 
     async def _run_one(
-        self, invocation: ToolInvocation, context: RunContext[Any] | None
+        self,
+        invocation: ToolInvocation,
+        context: RunContext[Any] | None,
+        armed: _Armed | None = None,
     ) -> ToolDone:
         if context is not None and context.call_id != invocation.call.id:
             context = RunContext(  # not attrs.evolve: it is several times slower
@@ -204,13 +260,23 @@ class ToolActor:
             )
         token = _CONTEXT.set(context)
         try:
-            return await self._execute(invocation, context)
+            return await self._execute(invocation, context, armed)
         finally:
             _CONTEXT.reset(token)
 
     async def _execute(
-        self, invocation: ToolInvocation, context: RunContext[Any] | None
+        self,
+        invocation: ToolInvocation,
+        context: RunContext[Any] | None,
+        armed: _Armed | None = None,
+        cut: int = 0,
     ) -> ToolDone:
+        """Run one call: its attempts, each bounded by the call's timeout.
+
+        With ``armed``, each attempt re-arms the actor's scope (see :meth:`scope`);
+        otherwise each enters a timeout scope of its own. ``cut`` is the attempt the
+        actor's scope cut, when :meth:`cut` resumes the call after it.
+        """
         call, spec = invocation.call, invocation.spec
         try:
             kwargs = spec.validate(call.input)
@@ -226,12 +292,28 @@ class ToolActor:
         # at most the run's timeout away.
         run_timeout = self._run_timeout_s
         bounded = run_timeout is None or run_timeout >= timeout
-        attempt = 0
+        if cut:
+            message = f"tool {spec.name!r} timed out after {timeout:g}s"
+            if cut > self._max_retries:
+                return _done(call, "timeout", message, cut)
+            await anyio.sleep(self._settings.backoff.wait(cut))
+        elif armed is not None and bounded:
+            self._cut_context = context
+            armed.timeout = timeout
+        else:
+            armed = None
+        attempt = cut
         while True:
             attempt += 1
             failure: Outcome
+            if armed is not None:
+                self._attempt = attempt  # what cut resumes from, if this one is cut
             with (
-                self._timeout_scope(deadline=self._clock() + timeout) if bounded else _NO_TIMEOUT
+                armed
+                if armed is not None
+                else self._timeout_scope(deadline=self._clock() + timeout)
+                if bounded
+                else _NO_TIMEOUT
             ) as scope:
                 try:
                     if spec.is_async:
@@ -312,9 +394,78 @@ class _Scope(Protocol):
     @property
     def cancelled_caught(self) -> bool: ...
 
+    @property
+    def cancel_called(self) -> bool: ...
+
+    deadline: float
+
     def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: Any) -> bool | None: ...
+
+
+class _Armed:
+    """An attempt timed by the actor's scope: entering arms its deadline (``timeout``
+    away), leaving disarms it. A cut leaves the actor's scope, so no cancellation is ever
+    caught here."""
+
+    __slots__ = ("_clock", "scope", "timeout")
+    cancelled_caught = False
+
+    def __init__(self, scope: _Scope, clock: Callable[[], float]) -> None:
+        self.scope = scope
+        self._clock = clock
+        self.timeout = math.inf
+
+    def __enter__(self) -> _Armed:
+        self.scope.deadline = self._clock() + self.timeout
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.scope.deadline = math.inf
+
+
+class _LazyArmed(_Armed):
+    """:class:`_Armed` for anyio's asyncio scope (on an anyio in ``_spawn.CHECKED_ANYIO``),
+    without a loop timer per attempt.
+
+    The deadline is the scope's ``_deadline`` (what ``anyio.current_effective_deadline``
+    reads). The scope's own timer (``_timeout``, on the loop at ``_timeout_handle``)
+    is moved only when the new deadline comes before it, or it has gone off: a timer
+    that goes off early finds the later deadline and re-arms itself for it, and one
+    that finds the deadline disarmed (infinite) does nothing. So a stream of short
+    calls under a 60 s timeout sets one timer a minute, not one a call.
+    """
+
+    __slots__ = ("_due",)
+
+    def __init__(self, scope: _Scope, clock: Callable[[], float]) -> None:
+        super().__init__(scope, clock)
+        # When the scope's timer goes off (or went off): +inf while none is set.
+        self._due = math.inf
+
+    def __enter__(self) -> _Armed:
+        scope: Any = self.scope
+        now = self._clock()
+        deadline = scope._deadline = now + self.timeout
+        due = self._due
+        if deadline < due or due <= now:
+            handle = scope._timeout_handle
+            if handle is not None:
+                handle.cancel()
+            scope._timeout()  # anyio's own: cancels at once if due, else sets its timer
+            self._due = deadline
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.scope._deadline = math.inf  # type: ignore[attr-defined]
+
+
+def _armed(scope: _Scope, clock: Callable[[], float]) -> _Armed:
+    """How the actor's scope is armed for an attempt, for the backend running now."""
+    if _CHECKED and type(scope).__module__ == "anyio._backends._asyncio":
+        return _LazyArmed(scope, clock)
+    return _Armed(scope, clock)
 
 
 class _NoTimeout:

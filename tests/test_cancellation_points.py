@@ -17,7 +17,7 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether.actors import ToolSpec
+from tether.actors import ToolSettings, ToolSpec
 from tether.providers import (
     AnthropicProvider,
     Backoff,
@@ -25,6 +25,7 @@ from tether.providers import (
     ModelRequest,
     Reply,
     ScriptedProvider,
+    ToolCall,
     ToolUseBlock,
 )
 from tether.runtime._accounting import Accounts
@@ -303,3 +304,38 @@ async def test_cancel_a_delta_reader_parked_in_its_wait(deltas: str) -> None:
     assert result.termination is tether.Termination.ANSWERED
     assert result.output == "a" * 64
     assert_consistent(result)
+
+
+@pytest.mark.parametrize("where", ["backoff", "retry"])
+async def test_cancel_while_a_cut_call_is_finished(where: str) -> None:
+    """A lone call cut at its deadline is finished outside the tool actor's scope (its
+    backoff, then its retry): a run cancelled there ends cancelled, nothing leaked."""
+    cut, retrying = anyio.Event(), anyio.Event()
+    attempts: list[int] = []
+
+    @tether.tool(timeout_s=0.3)  # the retry's deadline is far behind the cancel
+    async def hangs() -> str:
+        """Never answers."""
+        attempts.append(1)
+        if len(attempts) > 1:
+            retrying.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cut.set()
+        return "never"
+
+    wait = 0.01 if where == "retry" else 1000.0
+    agent = tether.Agent(
+        name="c",
+        provider=ScriptedProvider(
+            [Reply(tool_calls=(ToolCall(name="hangs", arguments={}),)), Reply(text="x")]
+        ),
+        tools=[hangs],
+        tool_settings=ToolSettings(backoff=Backoff(initial=wait, cap=wait, jitter=False)),
+        limits=tether.Limits(max_tool_retries=1),
+    )
+    result = await cancel_at(agent, until(cut if where == "backoff" else retrying))
+    (done,) = of(result.events, ev.ToolCallFinished)
+    assert done.outcome == "cancelled"
+    assert len(attempts) == (1 if where == "backoff" else 2)

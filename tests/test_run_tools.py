@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+import trio.testing
 
 import tether
 from tests.helpers import AUTOJUMP, add, assert_consistent, calls, of, run, transitions
@@ -1116,3 +1117,104 @@ async def test_tool_actor_context_per_call_and_across_retries() -> None:
     await actor.handle(RunTools(invocations=(invocation,), reply=reply))
     assert (await reply.receive()).attempts == 2
     assert seen == [None, None]
+
+
+# ------------------------------------------------ the tool actor's one timeout scope
+
+#: Timeouts on trio's virtual clock, and on asyncio's real one (short, never asserted).
+VIRTUAL_OR_REAL = pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param(
+            ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio-autojump"
+        ),
+        pytest.param("asyncio", id="asyncio"),
+    ],
+)
+
+
+@VIRTUAL_OR_REAL
+async def test_a_cut_call_is_retried_in_its_context_and_the_actor_serves_on(
+    anyio_backend: Any,
+) -> None:
+    """A lone call cut by the actor's scope is finished as before: its retry sees the same
+    context, its ToolDone the same outcome and attempts; later calls are timed anew."""
+    seen: list[ToolContext | None] = []
+    slow_attempts = {1, 4, 5}  # round 1's first attempt; both of round 3's
+
+    @tether.tool(timeout_s=0.05)
+    async def flaky(n: int) -> int:
+        """Slow on some attempts."""
+        seen.append(current_tool_context())
+        if len(seen) in slow_attempts:
+            await anyio.sleep(30)
+        return n
+
+    agent, _ = make(
+        [
+            tools_reply(call("flaky", n=1)),
+            tools_reply(call("flaky", n=2)),
+            tools_reply(call("flaky", n=3)),
+            tools_reply(call("flaky", n=4)),
+            Reply(text="done"),
+        ],
+        [flaky],
+        limits=tether.Limits(max_tool_retries=1),
+    )
+    with anyio.fail_after(20):
+        result = await run(agent)
+    assert [(f.outcome, f.attempts) for f in finished(result)] == [
+        ("ok", 2),
+        ("ok", 1),
+        ("timeout", 2),
+        ("ok", 1),
+    ]
+    assert "timed out after 0.05s" in finished(result)[2].content
+    assert seen[0] is seen[1]  # the cut attempt's retry runs in the call's context
+    assert seen[3] is seen[4]
+    assert len({id(c) for c in seen}) == 4
+    assert result.termination == "answered"
+
+
+@VIRTUAL_OR_REAL
+async def test_a_short_timeout_after_a_long_one_and_after_idling_still_cuts(
+    anyio_backend: Any,
+) -> None:
+    """The scope's deadline follows each call: a 0.05 s call after a 60 s one is cut at its
+    own deadline, also after the actor idled past an earlier call's deadline."""
+
+    @tether.tool(timeout_s=60)
+    async def patient() -> str:
+        """Quick, under a long timeout."""
+        return "p"
+
+    @tether.tool(timeout_s=0.05)
+    async def hasty(hang: bool) -> str:
+        """Hangs when told to."""
+        if hang:
+            await anyio.sleep(1000)
+        return "h"
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        steps = [
+            tools_reply(call("hasty", hang=False)),
+            tools_reply(call("patient")),
+            tools_reply(call("hasty", hang=True)),
+            tools_reply(call("hasty", hang=False)),
+            tools_reply(call("hasty", hang=True)),
+            Reply(text="done"),
+        ]
+        return steps[ctx.call_index]
+
+    provider = ScriptedProvider(script, latency_s=0.1)  # idles past a 0.05 s deadline
+    agent = tether.Agent(
+        name="t",
+        provider=provider,
+        tools=[patient, hasty],
+        tool_settings=FAST,
+        limits=tether.Limits(max_tool_retries=0),
+    )
+    with anyio.fail_after(30):
+        result = await run(agent)
+    assert [f.outcome for f in finished(result)] == ["ok", "ok", "timeout", "ok", "timeout"]
+    assert result.termination == "answered"

@@ -10,13 +10,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+import attrs
 import pytest
 
 import tether
 from tether import events as ev
-from tether.actors import JudgeActor, ModelActor, RestartPolicy
+from tether.actors import (
+    JudgeActor,
+    ModelActor,
+    ReplyChannel,
+    RestartPolicy,
+    spawn_mailbox,
+    supervise,
+)
 from tether.providers import Backoff, Reply, ScriptedProvider
 
 from .helpers import assert_consistent, of, run, transitions
@@ -159,3 +170,75 @@ async def test_finalize_brackets_assembly_in_every_run() -> None:
         assert [getattr(e, "stage", None) for e in tail[:2]] == ["finalize", "finalize"]
         assert_consistent(result)
     assert answered.summary() == "Model → answered"
+
+
+# ------------------------------------------------------------ a Timed actor's scope
+
+
+@attrs.frozen
+class _Job:
+    what: str
+    reply: ReplyChannel[str]
+
+
+class _TimedEcho:
+    """A Timed actor: each job says how it ends (see the test below)."""
+
+    def __init__(self, scopes: list[anyio.CancelScope]) -> None:
+        self._scopes = scopes
+
+    def scope(self) -> anyio.CancelScope:
+        self._scopes.append(anyio.CancelScope())
+        return self._scopes[-1]
+
+    async def handle(self, job: _Job) -> None:
+        if job.what == "late":  # its deadline passes after its last checkpoint
+            await anyio.lowlevel.checkpoint()
+            self._scopes[-1].cancel()
+            job.reply.send_nowait("late: ok")
+            job.reply.close()
+            return
+        if job.what == "cut":  # its deadline passes while it waits
+            self._scopes[-1].cancel()
+            await anyio.lowlevel.checkpoint()
+        elif job.what == "crash":
+            raise RuntimeError("actor bug")
+        await anyio.lowlevel.checkpoint()  # a checkpoint: it must not see an earlier job's deadline
+        job.reply.send_nowait(f"{job.what}: ok")
+        job.reply.close()
+
+    async def cut(self, job: _Job) -> None:
+        await anyio.lowlevel.checkpoint()
+        job.reply.send_nowait(f"{job.what}: cut")
+        job.reply.close()
+
+
+async def test_a_timed_actor_serves_each_request_after_a_cut_in_a_fresh_scope() -> None:
+    """supervise serves a Timed actor in one scope: a request its deadline cuts is finished
+    by cut(), outside it; a deadline that passed as a request ended, or a crash, leads to a
+    fresh scope; no later request sees an earlier one's deadline."""
+    scopes: list[anyio.CancelScope] = []
+    ref, box = spawn_mailbox("timed", 8)
+    replies = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supervise, "timed", lambda: _TimedEcho(scopes), box, RestartPolicy())
+        channels: list[ReplyChannel[Any]] = []
+        # All queued at once: the job after "late" is taken before the actor could park.
+        for what in ("a", "b", "late", "c", "cut", "d", "crash", "e"):
+            channels.append(ReplyChannel(2))
+            await ref.send(_Job(what, channels[-1]))
+        for reply in channels:
+            replies.append([item async for item in _drain(reply)])
+        ref.close()
+    assert [r[0] if isinstance(r[0], str) else "failed" for r in replies] == [
+        "a: ok", "b: ok", "late: ok", "c: ok", "cut: cut", "d: ok", "failed", "e: ok"
+    ]  # fmt: skip
+    assert len(scopes) == 4  # the first; after "late"; after "cut"; the restarted actor's
+
+
+async def _drain(reply: ReplyChannel[Any]) -> AsyncIterator[Any]:
+    while True:
+        try:
+            yield await reply.receive()
+        except anyio.EndOfStream:
+            return
