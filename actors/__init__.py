@@ -46,6 +46,7 @@ from ._model import RetryScheduled as RetryScheduled
 from ._output import OUTPUT_TOOL as OUTPUT_TOOL
 from ._output import OutputSchema as OutputSchema
 from ._output import dump_output as dump_output
+from ._spawn import cancel_scope as cancel_scope
 from ._spawn import spawn as spawn
 from ._threads import ToolThreads as ToolThreads
 from ._tools import RunTools as RunTools

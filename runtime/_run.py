@@ -45,6 +45,7 @@ from tether.actors import (
     ToolActor,
     ToolOutput,
     ToolThreads,
+    cancel_scope,
     dump_output,
     spawn,
     spawn_mailbox,
@@ -200,7 +201,7 @@ class Run:
             return
         self._cancel_reason = reason or "cancelled"
         if self._scope is not None:
-            self._scope.cancel(f"run {self.id}: {self._cancel_reason}")
+            cancel_scope(self._scope, f"run {self.id}: {self._cancel_reason}")
 
     def force_end(self, hit: Hit) -> None:
         """End the run now for a ceiling it does not own (the Runtime's budget)."""
@@ -208,7 +209,8 @@ class Run:
             return
         self._forced = hit
         if self._scope is not None:
-            self._scope.cancel(f"run {self.id}: the Runtime's budget is spent ({hit.ceiling})")
+            why = f"run {self.id}: the Runtime's budget is spent ({hit.ceiling})"
+            cancel_scope(self._scope, why)
 
     def pending_approvals(self) -> list[PendingApproval]:
         return self.approvals.waiting()
@@ -233,7 +235,7 @@ class Run:
             async with anyio.create_task_group() as tg:
                 scope = self._scope = tg.cancel_scope
                 if self._cancel_reason is not None:
-                    scope.cancel(f"run {self.id}: {self._cancel_reason}")
+                    cancel_scope(scope, f"run {self.id}: {self._cancel_reason}")
                 if self._transcript is not None:
                     await self._transcript.begin()
                 admission = self._services.admission() if admit else None

@@ -1,4 +1,4 @@
-"""``actors.spawn``: start_soon without anyio's task handle, with start_soon's semantics."""
+"""``actors.spawn`` and ``actors.cancel_scope``: anyio's, without their per-call extras."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from tether.actors import spawn
+from tether.actors import cancel_scope, spawn
 
 pytestmark = pytest.mark.anyio
 
@@ -93,3 +93,68 @@ async def test_spawning_into_a_closed_group_raises(anyio_backend: str) -> None:
         pass
     with pytest.raises(RuntimeError, match="not active"):
         spawn(tg, child, name="late")
+
+
+async def test_cancel_scope_cancels_every_task_in_the_scope_once(anyio_backend: str) -> None:
+    """Tasks parked in the scope are cancelled, the scope catches it, a second call does nothing."""
+    before = len(anyio.get_running_tasks())
+    finished = 0
+
+    async def child() -> None:
+        nonlocal finished
+        try:
+            await anyio.sleep_forever()
+        finally:
+            finished += 1
+
+    async with anyio.create_task_group() as tg:
+        for i in range(3):
+            spawn(tg, child, name=f"child-{i}")
+        await anyio.wait_all_tasks_blocked()
+        cancel_scope(tg.cancel_scope, "test: stop the children")
+        cancel_scope(tg.cancel_scope, "test: again")
+        assert tg.cancel_scope.cancel_called
+        await anyio.sleep_forever()
+    assert tg.cancel_scope.cancelled_caught
+    assert finished == 3
+    assert len(anyio.get_running_tasks()) == before
+
+
+async def test_cancel_scope_before_the_scope_is_entered(anyio_backend: str) -> None:
+    """A scope cancelled before it is entered cancels what runs in it at once."""
+    scope = anyio.CancelScope()
+    cancel_scope(scope, "test: cancelled early")
+    with scope:
+        await anyio.sleep_forever()
+    assert scope.cancelled_caught
+
+
+async def test_cancel_scope_comes_before_the_deadline(anyio_backend: str) -> None:
+    """A scope with a deadline, cancelled early, ends at once and not at its deadline."""
+    deadline = anyio.current_time() + 30
+    with anyio.CancelScope(deadline=deadline) as scope:
+        cancel_scope(scope, "test: before the deadline")
+        await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert anyio.current_time() < deadline
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's message is trio's own
+async def test_cancel_scope_names_the_reason_not_the_calling_task(anyio_backend: str) -> None:
+    """On asyncio the cancellation's message carries the reason, not the caller's repr."""
+    messages: list[str] = []
+
+    async def child() -> None:
+        try:
+            await anyio.sleep_forever()
+        except BaseException as exc:
+            messages.append(str(exc))
+            raise
+
+    async with anyio.create_task_group() as tg:
+        spawn(tg, child, name="child")
+        await anyio.wait_all_tasks_blocked()
+        cancel_scope(tg.cancel_scope, "test: a short reason")
+    assert len(messages) == 1
+    assert messages[0].endswith("reason: test: a short reason")
+    assert "Task" not in messages[0]
