@@ -130,13 +130,23 @@ class Policies:
     __slots__ = ("_checks", "_trail", "active")
 
     def __init__(
-        self, policies: Sequence[PolicyLike], trail: Trail, context: ContextMaker | None = None
+        self,
+        policies: Sequence[PolicyLike],
+        trail: Trail | None,
+        context: ContextMaker | None = None,
     ) -> None:
         # A tuple: no policies is the shared empty tuple, not a tracked list per run.
         self._checks = tuple(as_check(p, context) for p in policies)
         self._trail = trail
         #: Whether there is any policy to check (read every round).
         self.active = bool(self._checks)
+
+    @classmethod
+    def of(
+        cls, policies: Sequence[PolicyLike], trail: Trail, context: ContextMaker | None = None
+    ) -> Policies:
+        """A run's policies; :data:`NO_POLICIES`, shared, when there are none."""
+        return cls(policies, trail, context) if policies else NO_POLICIES
 
     async def check(self, point: PolicyPoint, subject: Any, call_id: str | None = None) -> Verdict:
         if not self._checks:
@@ -152,6 +162,7 @@ class Policies:
             if verdict.kind != "allow":
                 break
         trail = self._trail
+        assert trail is not None, "only NO_POLICIES has no trail, and it has no checks"
         trail.add(
             ev.PolicyChecked(
                 **trail.head(),
@@ -162,6 +173,10 @@ class Policies:
             )
         )
         return verdict
+
+
+#: An agent without policies: one shared instance, which never records anything.
+NO_POLICIES = Policies((), None)
 
 
 def blocked(verdict: Verdict) -> Decision:

@@ -25,7 +25,6 @@ exceptions.
 
 from __future__ import annotations
 
-import functools
 import json
 import traceback
 from collections.abc import Callable
@@ -154,12 +153,11 @@ class Run:
             price=price,
             trail=trail,
             shared=services.budget,
-            # Not a method of the run: the run would hold itself in a cycle.
-            on_shared_hit=functools.partial(services.budget_spent, run_id),
+            on_shared_hit=services.on_budget_spent(run_id),
             **extras.clamp_args(agent.provider),
         )
         self.per_run = PerRun(run_id, extras, self.accounts)
-        self.policies = Policies(agent.policies, trail, self.per_run.context)
+        self.policies = Policies.of(agent.policies, trail, self.per_run.context)
         self.approvals = Approvals(state.approvals)
         self.result: RunResult[Any] | None = None
         # Made when someone waits for the result (most runs are awaited once, at the end).
@@ -258,27 +256,42 @@ class Run:
                 await self._durable.finish(self)  # or lets a parked run go
 
     async def _execute(self, tg: anyio.abc.TaskGroup) -> None:
-        """Run the loop in the run's task group; it sets ``_decision`` unless cancelled."""
-        agent, trail = self.agent, self.trail
+        """Run the loop in the run's task group; it sets ``_decision`` unless cancelled.
+
+        The decision is kept on the run: a cancellation landing as the group exits must not
+        lose it. The loop is inline: a coroutine of its own is a frame more per parked run."""
+        agent, trail, state, durable = self.agent, self.trail, self.state, self._durable
         if not trail:  # a resumed run's trail has it already
-            trail.add(
-                ev.RunStarted(
-                    **trail.head(),
-                    agent=agent.name,
-                    input=self.input,
-                    parent_run_id=self.state.parent_run_id,
-                    provider=getattr(agent.provider, "name", None),
-                    model=getattr(agent.provider, "model", None),
-                )
+            trail.note(
+                ev.RunStarted,
+                agent=agent.name,
+                input=self.input,
+                parent_run_id=state.parent_run_id,
+                provider=getattr(agent.provider, "name", None),
+                model=getattr(agent.provider, "model", None),
             )
         self._started = anyio.current_time()
         if agent.limits.timeout_s is not None:
             tg.cancel_scope.deadline = self._started + agent.limits.timeout_s
         self._start_children(tg)
         try:
-            # Kept on the run, not returned: a cancellation that lands
-            # while the group exits must not lose the loop's decision.
-            self._decision = await self._loop()
+            # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
+            failed = await (self.prepare() if durable is None else durable.prepare(self))
+            if failed is None and (ceiling := self.accounts.before_call()) is not None:
+                failed = Decision.end(ceiling)
+            if failed is not None:
+                self._decision = failed
+                return
+            while True:
+                state.round = trail.round = state.round + 1
+                decision = await self._round()
+                with trail.stage("decide"):
+                    decision = await self._decide(decision)
+                if durable is not None:
+                    await durable.boundary(self, decision)
+                if decision.termination is not None:
+                    self._decision = decision
+                    return
         finally:
             self._stop_children()
 
@@ -401,24 +414,6 @@ class Run:
                 ref.close()
 
     # -------------------------------------------------------------- the loop
-
-    async def _loop(self) -> Decision:
-        durable, state, trail = self._durable, self.state, self.trail
-        # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
-        failed = await (self.prepare() if durable is None else durable.prepare(self))
-        if failed is not None:
-            return failed
-        if (ceiling := self.accounts.before_call()) is not None:
-            return Decision.end(ceiling)
-        while True:
-            state.round = trail.round = state.round + 1
-            decision = await self._round()
-            with trail.stage("decide"):
-                decision = await self._decide(decision)
-            if durable is not None:
-                await durable.boundary(self, decision)
-            if decision.termination is not None:
-                return decision
 
     async def prepare(self) -> Decision | None:
         """Preparation (DESIGN §3): ``None``, or the decision that ends the run before round 1."""

@@ -8,6 +8,7 @@ the shared budget spent, the run finished). It holds no reference to the Runtime
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -61,6 +62,12 @@ class RuntimeServices:
         self.toolsets = ToolsetHub()
         #: Told ``(gate key, seconds)`` when a gate pauses after a 429 (a fleet's hosts).
         self.on_gate_pause: Callable[[str, float], object] | None = None
+
+    def on_budget_spent(self, run_id: str) -> Callable[[Hit], None] | None:
+        """What run ``run_id`` calls when it spends the Runtime's budget; ``None`` without one.
+
+        Not a method of the run: the run would hold itself in a cycle."""
+        return None if self.budget is None else functools.partial(self.budget_spent, run_id)
 
     def admission(self) -> AbstractAsyncContextManager[Any] | None:
         """What a run holds while it runs (``max_concurrent_runs``), or ``None``: no limit."""

@@ -407,9 +407,11 @@ assert len(_STAGES) <= 16, "a stage index must fit in four bits"
 #: or one recorded with :meth:`Trail.note_from`: ``(_DERIVED, round, at, kind, fields, source)``.
 _Noted = tuple[Any, ...]
 _DERIVED = -1
-#: The kinds :meth:`Trail.note` records compactly: every round has them, and their
-#: own fields hold plain values (str, int, float, bool, None, a tool call's arguments).
+#: The kinds :meth:`Trail.note` records compactly: every run or every round has
+#: them, and their own fields hold plain values (str, int, float, bool, None, a tool
+#: call's arguments).
 NOTED: tuple[type[ev.Event], ...] = (
+    ev.RunStarted,
     ev.ModelCallStarted,
     ev.ToolCallStarted,
     ev.ToolCallFinished,
