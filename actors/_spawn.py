@@ -179,7 +179,7 @@ def cancel_scope(scope: CancelScope, reason: str) -> None:
 
     anyio's asyncio scope writes ``by <the current task>`` into its cancel reason,
     and asyncio's repr of a task formats its coroutine, its source line and each
-    done-callback: a fifth of what cancelling a parked run costs. Here the reason
+    done-callback: about 15% of what cancelling a parked run cost. Here the reason
     reads ``Cancelled via cancel scope <id>; reason: <reason>`` and the rest is
     what ``cancel`` does (drop the deadline's timer, mark the scope, deliver the
     cancellation). Outside a checked anyio release, another backend, or a scope
