@@ -1,10 +1,15 @@
 """Profile tether's hot path with cProfile, in µs per round.
 
-``python -m benchmarks._profile [B1|B2] [--backend asyncio|trio] [--runs N] [--rounds R]
+``python -m benchmarks._profile [B1|B2|B5] [--backend asyncio|trio] [--runs N] [--rounds R]
 [--sort tottime|cumtime] [--limit K] [--dump FILE]``
 
 B1 runs ``N`` runs one after another (L=0); B2 starts ``N`` runs at once
-(L=0). Only the timed batch is profiled (the Runtime is warm). Each line is a
+(L=0); B5 parks ``N`` runs in their model call and profiles cancelling them
+all until every result is in (per cancelled run, not per round). Only the
+timed batch is profiled (the Runtime is warm). The first line also gives the
+total of Python calls a round (or a cancelled run): exact and repeatable on
+asyncio, within a few percent on trio (its scheduler shuffles ready tasks), so
+a measure of regressions that a timing on a noisy machine cannot be. Each line is a
 function: its calls per round, its own time (tottime) and its time with
 callees (cumtime) per round. cProfile slows everything down several times;
 compare functions with each other, and against the unprofiled µs per round
@@ -26,10 +31,37 @@ import tether
 
 from . import _workload as w
 
-DEFAULTS = {"B1": (300, 10), "B2": (1_000, 5)}
+DEFAULTS = {"B1": (300, 10), "B2": (1_000, 5), "B5": (300, 1)}
+
+
+async def _cancel_parked(runs: int, profile: cProfile.Profile | None) -> float:
+    """B5: park ``runs`` runs in their model call, then cancel them all (only that profiled)."""
+    async with tether.Runtime(provider_concurrency=max(64, runs)) as rt:
+        for n in (20, runs):  # the first batch warms every lazy cache and import
+            parking = w.Parking(n)
+            agent = w.parking_agent(parking)
+            handles = [rt.start(agent, w.QUESTION) for _ in range(n)]
+            await parking.all_parked.wait()
+            gc.collect()
+            start = time.perf_counter()
+            if profile is not None and n == runs:
+                profile.enable()
+            for handle in handles:
+                handle.cancel("benchmark: cancel every parked run")
+            results = [await handle.result() for handle in handles]
+            if profile is not None:
+                profile.disable()
+            elapsed = time.perf_counter() - start
+    for result in results:
+        problem = w.check_cancelled(result)
+        if problem is not None:
+            raise AssertionError(problem)
+    return elapsed
 
 
 async def _batch(case: str, runs: int, rounds: int, profile: cProfile.Profile | None) -> float:
+    if case == "B5":
+        return await _cancel_parked(runs, profile)
     agent = w.agent(rounds, 0.0)
     async with tether.Runtime(provider_concurrency=max(64, runs)) as rt:
         for _ in range(5):
@@ -82,18 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     plain = anyio.run(_batch, args.case, runs, rounds, None, backend=args.backend)
     profile = cProfile.Profile()
     profiled = anyio.run(_batch, args.case, runs, rounds, profile, backend=args.backend)
+    stats = pstats.Stats(profile)
+    table = getattr(stats, "stats", {})
+    calls = sum(row[1] for row in table.values())
+    unit = "cancelled run" if args.case == "B5" else "round"
     print(
         f"{args.case} on {args.backend}: {runs} runs × {rounds} rounds; "
-        f"{plain / total_rounds * 1e6:.1f} µs/round unprofiled, "
-        f"{profiled / total_rounds * 1e6:.1f} µs/round under cProfile\n"
+        f"{plain / total_rounds * 1e6:.1f} µs/{unit} unprofiled, "
+        f"{profiled / total_rounds * 1e6:.1f} µs/{unit} under cProfile; "
+        f"{calls / total_rounds:.1f} Python calls a {unit}\n"
     )
-    stats = pstats.Stats(profile)
     if args.dump is not None:
         stats.dump_stats(str(args.dump))
-    table = getattr(stats, "stats", {})
     index = 3 if args.sort == "cumtime" else 2
     rows = sorted(table.items(), key=lambda item: item[1][index], reverse=True)
-    print("| function | calls/round | tottime µs/round | cumtime µs/round |")
+    print(f"| function | calls/{unit} | tottime µs/{unit} | cumtime µs/{unit} |")
     print("|---|---:|---:|---:|")
     for key, (_, calls, tottime, cumtime, _) in rows[: args.limit]:
         print(
