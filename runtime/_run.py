@@ -198,17 +198,19 @@ class Run:
         if self.result is not None or self._cancel_reason is not None:
             return
         self._cancel_reason = reason or "cancelled"
-        if self._scope is not None:
-            cancel_scope(self._scope, f"run {self.id}: {self._cancel_reason}")
+        self._cut(self._cancel_reason)
 
     def force_end(self, hit: Hit) -> None:
         """End the run now for a ceiling it does not own (the Runtime's budget)."""
         if self.result is not None or self._forced is not None:
             return
         self._forced = hit
+        self._cut(f"the Runtime's budget is spent ({hit.ceiling})")
+
+    def _cut(self, why: str) -> None:
+        """Cancel the run's scope, once it has one (``main`` cuts it on entry otherwise)."""
         if self._scope is not None:
-            why = f"run {self.id}: the Runtime's budget is spent ({hit.ceiling})"
-            cancel_scope(self._scope, why)
+            cancel_scope(self._scope, f"run {self.id}: {why}")
 
     def pending_approvals(self) -> list[PendingApproval]:
         return self.approvals.waiting()
@@ -233,7 +235,7 @@ class Run:
             async with anyio.create_task_group() as tg:
                 scope = self._scope = tg.cancel_scope
                 if self._cancel_reason is not None:
-                    cancel_scope(scope, f"run {self.id}: {self._cancel_reason}")
+                    self._cut(self._cancel_reason)
                 if self._transcript is not None:
                     await self._transcript.begin()
                 admission = self._services.admission() if admit else None
