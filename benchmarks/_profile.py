@@ -30,28 +30,37 @@ import anyio
 import tether
 
 from . import _workload as w
+from ._cases import _runtime
 
 DEFAULTS = {"B1": (300, 10), "B2": (1_000, 5), "B5": (300, 1)}
 
 
+async def _park(rt: tether.Runtime, n: int) -> list[tether.RunHandle]:
+    """Start ``n`` runs that park in their model call; their handles once all have."""
+    parking = w.Parking(n)
+    agent = w.parking_agent(parking)
+    handles = [rt.start(agent, w.QUESTION) for _ in range(n)]
+    await parking.all_parked.wait()
+    return handles
+
+
 async def _cancel_parked(runs: int, profile: cProfile.Profile | None) -> float:
     """B5: park ``runs`` runs in their model call, then cancel them all (only that profiled)."""
-    async with tether.Runtime(provider_concurrency=max(64, runs)) as rt:
-        for n in (20, runs):  # the first batch warms every lazy cache and import
-            parking = w.Parking(n)
-            agent = w.parking_agent(parking)
-            handles = [rt.start(agent, w.QUESTION) for _ in range(n)]
-            await parking.all_parked.wait()
-            gc.collect()
-            start = time.perf_counter()
-            if profile is not None and n == runs:
-                profile.enable()
-            for handle in handles:
-                handle.cancel("benchmark: cancel every parked run")
-            results = [await handle.result() for handle in handles]
-            if profile is not None:
-                profile.disable()
-            elapsed = time.perf_counter() - start
+    async with _runtime(runs) as rt:
+        for handle in await _park(rt, 20):  # warms every lazy cache and import
+            handle.cancel("benchmark: warm-up")
+            await handle.result()
+        handles = await _park(rt, runs)
+        gc.collect()
+        start = time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        for handle in handles:
+            handle.cancel("benchmark: cancel every parked run")
+        results = [await handle.result() for handle in handles]
+        if profile is not None:
+            profile.disable()
+        elapsed = time.perf_counter() - start
     for result in results:
         problem = w.check_cancelled(result)
         if problem is not None:
@@ -63,7 +72,7 @@ async def _batch(case: str, runs: int, rounds: int, profile: cProfile.Profile | 
     if case == "B5":
         return await _cancel_parked(runs, profile)
     agent = w.agent(rounds, 0.0)
-    async with tether.Runtime(provider_concurrency=max(64, runs)) as rt:
+    async with _runtime(runs) as rt:
         for _ in range(5):
             await rt.run(agent, w.QUESTION)
         gc.collect()

@@ -19,9 +19,8 @@ from typing import Any
 
 import anyio
 
-import tether
-
 from . import _workload as w
+from ._cases import _runtime, _tether_batch
 
 ROUNDS = 5
 LATENCY_S = 0.05
@@ -47,14 +46,13 @@ class _Collections:
 async def _measure(runs: int) -> tuple[float, _Collections]:
     agent = w.agent(ROUNDS, LATENCY_S)
     collections = _Collections()
-    async with tether.Runtime(provider_concurrency=max(64, runs)) as rt:
+    async with _runtime(runs) as rt:
         await rt.run(agent, w.QUESTION)  # warm every lazy cache and import
         gc.collect()
         gc.callbacks.append(collections)
         try:
             start = time.perf_counter()
-            handles = [rt.start(agent, w.QUESTION) for _ in range(runs)]
-            results = [await handle.result() for handle in handles]
+            results = await _tether_batch(rt, agent, runs)
             elapsed = time.perf_counter() - start
         finally:
             gc.callbacks.remove(collections)
