@@ -127,9 +127,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
 POLL_S = 0.05
 
 
-# Made once: json.dumps with options builds a new encoder on every call.
-
-
 class _Transaction:
     """``with _Transaction(conn):`` — ``BEGIN IMMEDIATE``, then commit, or roll back."""
 
