@@ -208,7 +208,8 @@ class Run:
         self._cut(f"the Runtime's budget is spent ({hit.ceiling})")
 
     def _cut(self, why: str) -> None:
-        """Cancel the run's scope, once it has one (``main`` cuts it on entry otherwise)."""
+        """Cancel the run's scope, once it has one. Before that, ``main`` cuts a cancel on
+        entry, and a spent Runtime budget stops the run at its first ``before_call``."""
         if self._scope is not None:
             cancel_scope(self._scope, f"run {self.id}: {why}")
 
