@@ -132,7 +132,7 @@ class Crashable:
             if record.round == 2:
                 self.round_two.set()
 
-    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+    async def tool_records(self, run_id: str, round: int | None = None) -> list[ToolRecord]:
         return await self.inner.tool_records(run_id, round)
 
     async def park(self, run_id: str, **kw: Any) -> None:
