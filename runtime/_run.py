@@ -284,9 +284,11 @@ class Run:
         try:
             point = None if durable is None else durable.point
             held = None if point is None else point.held
+            # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
             failed = await self.prepare(point)
             if failed is None and durable is not None:
                 await durable.begin(self)  # the record and the first checkpoint, if not stored
+            # A held round's model call was made before the park: its ceilings come after it.
             if failed is None and held is None and (ceiling := self.accounts.before_call()):
                 failed = Decision.end(ceiling)
             if failed is not None:
@@ -295,9 +297,8 @@ class Run:
             while True:
                 if held is None:
                     state.round = trail.round = state.round + 1
-                    decision = await self._round()
-                else:  # a parked run, answered: it finishes the held round first
-                    decision, held = await self._respond(held.response, held), None
+                decision = await self._round(held)  # a parked run finishes its held round first
+                held = None
                 with trail.stage("decide"):
                     decision = await _decide(self, decision)
                 if durable is not None:
@@ -466,29 +467,29 @@ class Run:
         self._tools = tools
         return None
 
-    async def _round(self) -> Decision:
+    async def _round(self, held: HeldRound | None = None) -> Decision:
+        """One round (``held``: a parked run's held tool round, answered: its response
+        came before the park)."""
         state, trail = self.state, self.trail
-        with trail.stage("context"):
-            request = _request(self)
-        assert self._model is not None
-        with trail.stage("model"):
-            outcome = await self._model.call(request)
-        if isinstance(outcome, Decision):
-            return outcome
-        response = outcome
-        state.usage.steps += 1
-        # The candidate lives for this round only: set from this response.
-        state.candidate = None
-        if self.policies.active:
-            with trail.stage("policy"):
-                verdict = await self.policies.check(PolicyPoint.RESPONSE, response)
-            if verdict.kind == "block":
-                return blocked(verdict)
-        return await self._respond(response)
-
-    async def _respond(self, response: ModelResponse, held: HeldRound | None = None) -> Decision:
-        """The round's response, acted on (``held``: a parked round's, answered)."""
-        state = self.state
+        if held is not None:
+            response = held.response
+        else:
+            with trail.stage("context"):
+                request = _request(self)
+            assert self._model is not None
+            with trail.stage("model"):
+                outcome = await self._model.call(request)
+            if isinstance(outcome, Decision):
+                return outcome
+            response = outcome
+            state.usage.steps += 1
+            # The candidate lives for this round only: set from this response.
+            state.candidate = None
+            if self.policies.active:
+                with trail.stage("policy"):
+                    verdict = await self.policies.check(PolicyPoint.RESPONSE, response)
+                if verdict.kind == "block":
+                    return blocked(verdict)
         stop, calls = response.stop_reason, response.tool_calls
         if stop is StopReason.MAX_TOKENS:
             if calls:
