@@ -198,15 +198,12 @@ class Durable:
         run = self._run
         assert run is not None
         state = run.state
-        marks = state.previous_calls, state.usage.tool_calls
-        message = state.messages.pop()
-        state.previous_calls, state.usage.tool_calls = previous, marks[1] - reserved
-        try:
-            checkpoint = dump_state(state)
-        finally:
-            state.messages.append(message)
-            state.previous_calls, state.usage.tool_calls = marks
-        checkpoint["parked"] = dump_message(message)
+        usage = attrs.evolve(state.usage, tool_calls=state.usage.tool_calls - reserved)
+        before = attrs.evolve(
+            state, messages=state.messages[:-1], previous_calls=previous, usage=usage
+        )
+        checkpoint = dump_state(before)  # the run's own state is left as it is
+        checkpoint["parked"] = dump_message(state.messages[-1])
         checkpoint["admission"] = admission.dump()
         trail = run.trail
         count = len(trail)
