@@ -1,0 +1,35 @@
+"""mkdocs hook: lay the package out as it installs, for mkdocstrings.
+
+The top-level folders ``runtime/``, ``actors/`` and ``providers/`` are
+``tether.runtime``, ``tether.actors`` and ``tether.providers`` (setuptools
+``package-dir``). mkdocstrings reads source files without importing them, so it
+needs them where their names say: this hook links them under
+``build/api-src/tether`` (as ``.ci/typecheck.sh`` does for mypy) when mkdocs
+imports this hook: while it validates mkdocs.yml, before mkdocstrings looks at
+its ``paths`` (a plugin's ``on_config`` would come too late). Nothing is imported, so
+the API pages build without the optional extras or their services.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TREE = ROOT / "build" / "api-src"
+SUBPACKAGES = ("runtime", "actors", "providers")
+
+
+def lay_out() -> None:
+    """(Re)make ``build/api-src/tether`` as a tree of links into the repository."""
+    shutil.rmtree(TREE, ignore_errors=True)
+    package = TREE / "tether"
+    package.mkdir(parents=True)
+    for entry in (ROOT / "tether").iterdir():
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+    for name in SUBPACKAGES:
+        (package / name).symlink_to(ROOT / name)
+
+
+lay_out()
