@@ -12,6 +12,7 @@ the API pages build without the optional extras or their services.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -33,3 +34,16 @@ def lay_out() -> None:
 
 
 lay_out()
+
+
+_ROLE = re.compile(r":(?:class|mod|meth|func|attr|data|exc|obj):<code>(~?)([^<]*)</code>")
+
+
+def _role(match: re.Match[str]) -> str:
+    short, target = match.groups()
+    return f"<code>{target.rsplit('.', 1)[-1] if short else target}</code>"
+
+
+def on_page_content(html: str, **kwargs: object) -> str:
+    """Show the docstrings' Sphinx roles (``:class:`~a.B```) as the code they name (``B``)."""
+    return _ROLE.sub(_role, html)

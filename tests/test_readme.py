@@ -100,6 +100,31 @@ def test_every_marker_is_known() -> None:
     assert all(block.lang == "python" for block in ALL if block.mark)
 
 
+def anchors_of(path: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub and mkdocs make them."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    titles = re.findall(r"^#+ (.+)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+
+def test_the_readme_links_resolve() -> None:
+    """Every relative link of the README names a file that exists (and a heading in it).
+
+    The docs' own links are checked by ``mkdocs build --strict``; the README is not part
+    of the site, so this checks it, for GitHub's sake.
+    """
+    readme = ROOT / "README.md"
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        file, _, anchor = target.partition("#")
+        path = ROOT / file if file else readme
+        if not path.exists() or (anchor and anchor not in anchors_of(path)):
+            broken.append(target)
+    assert broken == []
+
+
 @pytest.mark.parametrize("block", DISTINCT, ids=[block.where for block in DISTINCT])
 def test_example_runs(
     block: Block,
