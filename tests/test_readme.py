@@ -2,7 +2,8 @@
 
 The rule (docs/guides/development.md, "Code blocks in the docs"):
 
-- a block fenced ``python`` is a whole program, run as written in a temporary directory;
+- a block fenced ``python`` is a whole program, run as written in a temporary directory,
+  once on asyncio and once on trio (``anyio.run`` is pointed at each);
 - ``<!-- fragment: why -->`` on the line before a ``python`` fence marks a piece of a
   program (it names things defined elsewhere): it is only compiled, so it stays valid
   Python (``await`` at its top level is allowed);
@@ -24,7 +25,9 @@ import ast
 import os
 import re
 from pathlib import Path
+from typing import Any
 
+import anyio
 import attrs
 import pytest
 
@@ -125,16 +128,24 @@ def test_the_readme_links_resolve() -> None:
     assert broken == []
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("block", DISTINCT, ids=[block.where for block in DISTINCT])
 def test_example_runs(
     block: Block,
+    backend: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     request: pytest.FixtureRequest,
 ) -> None:
-    """The block runs as written (files go to a temp dir); a fragment compiles."""
+    """The block runs as written (files go to a temp dir), on each backend; a fragment compiles.
+
+    An example starts its event loop with ``anyio.run(main)`` (some name a backend): here
+    ``anyio.run`` runs it on ``backend``, so every example is shown to work on both.
+    """
     if block.mark == "fragment":
+        if backend == "trio":
+            pytest.skip("a fragment is only compiled, once")
         compile(block.code, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
         return
     if block.mark == "needs postgres":
@@ -143,5 +154,12 @@ def test_example_runs(
     elif block.mark == "needs ray" and not os.environ.get("RAY_ADDRESS"):
         pytest.skip("needs a running Ray cluster: set RAY_ADDRESS to run this example")
     monkeypatch.chdir(tmp_path)
+    real_run, this_backend = anyio.run, backend
+
+    def run_here(func: Any, *args: Any, backend: object = None, **kwargs: Any) -> Any:
+        """``anyio.run`` on this test's backend, whichever the example names."""
+        return real_run(func, *args, backend=this_backend, **kwargs)
+
+    monkeypatch.setattr(anyio, "run", run_here)
     code = compile(block.code, block.where, "exec")
     exec(code, {"__name__": "docs_example"})
