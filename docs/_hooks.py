@@ -4,10 +4,11 @@ The top-level folders ``runtime/``, ``actors/`` and ``providers/`` are
 ``tether.runtime``, ``tether.actors`` and ``tether.providers`` (setuptools
 ``package-dir``). mkdocstrings reads source files without importing them, so it
 needs them where their names say: this hook links them under
-``build/api-src/tether`` (as ``.ci/typecheck.sh`` does for mypy) when mkdocs
-imports this hook: while it validates mkdocs.yml, before mkdocstrings looks at
-its ``paths`` (a plugin's ``on_config`` would come too late). Nothing is imported, so
-the API pages build without the optional extras or their services.
+``build/api-src/tether`` (as ``.ci/typecheck.sh`` does for mypy) at mkdocs'
+``startup`` event, which comes before mkdocstrings looks at its ``paths`` (in its
+``on_config``; this hook's own ``on_config`` would come too late). Nothing is
+imported, so the API pages build without the optional extras or their services.
+tests/test_docs_site.py checks that every public name is found there.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ TREE = ROOT / "build" / "api-src"
 SUBPACKAGES = ("runtime", "actors", "providers")
 
 
-def lay_out() -> None:
-    """(Re)make ``build/api-src/tether`` as a tree of links into the repository."""
-    shutil.rmtree(TREE, ignore_errors=True)
-    package = TREE / "tether"
+def lay_out(tree: Path = TREE) -> None:
+    """(Re)make ``tree/tether`` as a tree of links into the repository."""
+    shutil.rmtree(tree, ignore_errors=True)
+    package = tree / "tether"
     package.mkdir(parents=True)
     for entry in (ROOT / "tether").iterdir():
         if entry.name != "__pycache__":
@@ -33,7 +34,9 @@ def lay_out() -> None:
         (package / name).symlink_to(ROOT / name)
 
 
-lay_out()
+def on_startup(**kwargs: object) -> None:
+    """mkdocs' first event (``build``, ``serve``, ``gh-deploy``): lay the tree out."""
+    lay_out()
 
 
 _ROLE = re.compile(r":(?:class|mod|meth|func|attr|data|exc|obj):<code>(~?)([^<]*)</code>")
