@@ -13,10 +13,13 @@ The rule (docs/guides/development.md, "Code blocks in the docs"):
 - ``<!-- needs: ray -->`` runs the block only when ``RAY_ADDRESS`` names a running
   Ray cluster (starting one here would take most of this file's time); else it is
   skipped, saying so;
-- no block is fenced ``py``: a fence that is neither run nor marked would be neither.
+- no block is fenced ``py``: a fence that is neither run nor marked would be neither;
+- ``<!-- needs: examples -->`` before an ``sh`` block runs it with bash from the
+  repository's root (``python`` is this interpreter), on a free port instead of the
+  one it names, when the ``examples`` extra is installed.
 
-Shell blocks and diagrams (``sh``, ``text``) are not run. A block that appears in
-several places (the README repeats a few of the docs' examples) runs once.
+Other shell blocks and diagrams (``sh``, ``text``) are not run. A block that appears
+in several places (the README repeats a few of the docs' examples) runs once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +104,50 @@ def test_no_block_is_unmarked_py() -> None:
 
 
 def test_every_marker_is_known() -> None:
-    """A marker is ``fragment`` or ``needs postgres``/``needs ray``, and sits before ```python."""
-    marks = {block.mark for block in ALL if block.mark}
-    assert marks <= {"fragment", "needs postgres", "needs ray"}
-    assert all(block.lang == "python" for block in ALL if block.mark)
+    """A marker is one of the rule's, before the kind of block it is for."""
+    marks = {(block.mark, block.lang) for block in ALL if block.mark}
+    known = {"fragment", "needs postgres", "needs ray"}
+    assert marks <= {(mark, "python") for mark in known} | {("needs examples", "sh")}
+
+
+SHELL = [block for block in ALL if block.lang == "sh" and block.mark == "needs examples"]
+
+
+def free_port() -> int:
+    """A port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("block", SHELL, ids=[block.where for block in SHELL])
+def test_shell_example_runs(block: Block) -> None:
+    """The shell block runs as written (on a free port): it waits for its server, then talks."""
+    pytest.importorskip("fastapi", reason="the examples extra is not installed")
+    pytest.importorskip("uvicorn", reason="the examples extra is not installed")
+    ports = set(re.findall(r"\b8000\b", block.code))
+    assert ports, "the example names port 8000; the test moves it to a free one"
+    script = block.code.replace("8000", str(free_port()))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # Its own process group: whatever happens, nothing it started outlives the test.
+    proc = subprocess.Popen(
+        ["bash", "-c", script + "\nwait"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert '"run_id"' in out, (out, err)
+    assert "curl: (7)" not in err
 
 
 def anchors_of(path: Path) -> set[str]:
