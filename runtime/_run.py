@@ -1,6 +1,6 @@
 """The Run supervisor: the loop that moves a run's state from round to round.
 
-A run is preparation, a loop of rounds, and assembly (DESIGN §3)::
+A run is preparation, a loop of rounds, and assembly (see docs/concepts/round.md)::
 
     preparation:  input policy → memory recall → tool catalogue
     round:        context → model → response policy → tool policy + execution
@@ -419,7 +419,7 @@ class Run:
     # -------------------------------------------------------------- the loop
 
     async def prepare(self) -> Decision | None:
-        """Preparation (DESIGN §3): ``None``, or the decision that ends the run before round 1."""
+        """Preparation (docs/concepts/round.md): ``None``, or the decision to end before round 1."""
         state, trail, policies = self.state, self.trail, self.policies
         with trail.stage("input"):
             verdict = await policies.check(PolicyPoint.INPUT, self.input)
