@@ -55,7 +55,7 @@ Outcome = Literal["ok", "model_error", "transient_error", "fatal_error", "timeou
 
 
 def default_classifier(exc: BaseException) -> ErrorClass:
-    """The default error classes (DESIGN §7)."""
+    """The default error classes (see docs/guides/tools.md)."""
     if isinstance(exc, ToolError):
         return "model"
     if isinstance(exc, TransientToolError | TimeoutError | ConnectionError):

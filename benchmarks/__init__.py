@@ -1,4 +1,4 @@
-"""tether's benchmarks (issue 7): ``python -m benchmarks [--backend ...] [--quick] [--only ...]``.
+"""tether's benchmarks: ``python -m benchmarks [--backend ...] [--quick] [--only ...]``.
 
 Every row pairs tether with a *bare loop* doing the identical work in the same
 invocation: one coroutine per run that, for ``R`` rounds, awaits the "model"
@@ -41,7 +41,7 @@ beside them).
   over the HTTP floor. Both sides use the providers' pool limits.
 - **B9** B2's workload and sizes with a ``SQLiteRunStore`` (a fresh file per
   repeat; every run recorded, checkpointed per round and finished in it)
-  against no store, alternately: what durability costs (issue 15).
+  against no store, alternately: what durability costs.
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

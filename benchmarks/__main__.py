@@ -89,7 +89,7 @@ def _only(value: str) -> tuple[str, ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="tether against a bare anyio loop doing the same work (issue 7).",
+        description="tether against a bare anyio loop doing the same work.",
     )
     parser.add_argument("--backend", choices=("asyncio", "trio", "both"), default="both")
     parser.add_argument(
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(rows))
     print(
         "\nRatios are tether ÷ bare loop (µs, ms, KB: lower is better; rounds/s: higher is "
-        "better, shown as a fraction). Targets are issue 7's, set on asyncio; the marks are "
+        "better, shown as a fraction). Targets were set on asyncio; the marks are "
         "informational. RSS now: /proc/self/statm; peak RSS: VmHWM in /proc/self/status, reset "
         "through /proc/self/clear_refs just before the runs start; B3 and B4 run each side "
         "and size in a fresh child process."

@@ -88,7 +88,7 @@ class Outcome:
 
 def _runtime(n: int, store: tether.RunStore | None = None) -> tether.Runtime:
     # The provider gate would otherwise hold all but 64 model calls: a limit
-    # meant for a real API, not for a scripted provider (DESIGN §2).
+    # meant for a real API, not for a scripted provider (see docs/concepts/actors.md).
     return tether.Runtime(provider_concurrency=max(64, n), store=store)
 
 

@@ -1,6 +1,6 @@
 """The benchmark workload, the bare loop it is compared with, verification, and RSS probes.
 
-The workload (issue 7): ``R`` rounds. In rounds ``1..R-1`` the model asks for
+The reference workload: ``R`` rounds. In rounds ``1..R-1`` the model asks for
 one call of the async tool ``add(a, b)`` with ``a = b = round``; in round ``R``
 it answers :data:`FINAL_TEXT`. The model awaits ``anyio.sleep(L)`` per call;
 ``ScriptedProvider`` skips a zero latency entirely.

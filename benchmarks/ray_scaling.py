@@ -1,6 +1,6 @@
 """``python -m benchmarks.ray_scaling [--runs 1000] [--backend asyncio|trio] [--quick]``.
 
-Scaling over Ray (issue 16): B2's CPU-bound workload (``--runs`` runs at once,
+Scaling over Ray (docs/guides/performance.md): B2's CPU-bound workload (``--runs`` runs at once,
 R rounds of one scripted model call with zero latency and one cheap async tool
 call, then an answer; :mod:`benchmarks._workload`) on one plain
 :class:`tether.Runtime` in this process, then through a

@@ -1,4 +1,4 @@
-"""The soak (issue 12): many varied runs with injected faults and random cancels.
+"""The soak (docs/guides/limits.md): many varied runs with injected faults and random cancels.
 
 ``python -m benchmarks.soak [--runs 10000] [--faults 0.05] [--cancels 0.05]
 [--stops 0.01] [--seed 0] [--concurrency 500] [--backend asyncio|trio|both]``

@@ -108,7 +108,7 @@ class ContextWindowExceeded(InvalidRequest):
     """The prompt does not fit the model's context window (OpenAI's
     ``context_length_exceeded``, Anthropic's "prompt is too long").
 
-    The run takes the ``model_context_window_exceeded`` path for it (DESIGN §6):
+    The run takes the ``model_context_window_exceeded`` path for it (docs/concepts/round.md):
     it trims once with the agent's context strategy, then ends ``context_exceeded``.
     """
 

@@ -16,7 +16,7 @@ from ._settings import ModelSettings
 
 
 class StopReason(enum.StrEnum):
-    """Why the model stopped, normalized across providers (DESIGN §6)."""
+    """Why the model stopped, normalized across providers (docs/concepts/round.md, stop reasons)."""
 
     END_TURN = "end_turn"
     STOP_SEQUENCE = "stop_sequence"
@@ -71,7 +71,7 @@ class ToolUseBlock:
 
     @property
     def arguments(self) -> Any:
-        """The same as ``input`` (the name DESIGN §13 gives policies)."""
+        """The same as ``input`` (the name policies know it by: docs/guides/policies.md)."""
         return self.input
 
 

@@ -1,4 +1,4 @@
-"""Conversations: transcripts kept between runs under an id (DESIGN §16).
+"""Conversations: transcripts kept between runs under an id (see docs/guides/history.md).
 
 ``Runtime(conversations=store)`` and ``rt.start(agent, input,
 conversation=ID)``: the run starts from the conversation's messages and, when

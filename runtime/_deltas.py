@@ -1,4 +1,4 @@
-"""Live deltas for the readers that ask for them (DESIGN §17).
+"""Live deltas for the readers that ask for them (see docs/guides/streaming.md).
 
 A run's kept events live in its :class:`~._trail.Trail`; its deltas
 (:class:`~._events.TextDelta`, :class:`~._events.ToolCallDelta`) are kept

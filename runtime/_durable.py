@@ -1,4 +1,4 @@
-"""A durable run's link to its store: the record, the checkpoints, the tool records (DESIGN §20).
+"""A durable run's link to its store: record, checkpoints, tool records (docs/guides/durable.md).
 
 A run of a ``Runtime(store=...)`` has a :class:`Durable`; a run without a
 store has none and pays nothing (the Run checks ``is None`` once per round).

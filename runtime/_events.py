@@ -1,4 +1,4 @@
-"""The event trail of a run (DESIGN §12).
+"""The event trail of a run (see docs/concepts/events.md).
 
 Every event is a frozen attrs class carrying ``run_id``, ``seq`` (gap-free per
 run, from 0), ``round`` (0 during preparation) and ``at`` (unix time).
@@ -299,7 +299,7 @@ class ContextBounded(Event):
 
 @attrs.frozen(kw_only=True)
 class TextDelta(Event):
-    """A piece of a model call's text as it streams (DESIGN §17). Live only.
+    """A piece of a model call's text as it streams (see docs/guides/streaming.md). Live only.
 
     Deltas go only to readers that ask for them (``handle.events(deltas=True)``,
     ``handle.stream_text()``, a sink with ``deltas = True``); they are never
@@ -337,7 +337,7 @@ DELTA_TYPES = (TextDelta, ToolCallDelta)
 
 @attrs.frozen(kw_only=True)
 class RunResumed(Event):
-    """The seam of a durable run resumed by another owner (DESIGN §20).
+    """The seam of a durable run resumed by another owner (see docs/guides/durable.md).
 
     The events before it are the stored ones, up to the last checkpoint; the
     run goes on from round ``from_round`` + 1 (the round in flight at the crash

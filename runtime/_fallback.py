@@ -7,7 +7,7 @@ chain.
 
 Why the run walks the chain, not the model actor nor the provider: every
 provider of a chain must keep what it has alone, which lives in three places.
-Its attempts and backoff are a model actor's (DESIGN §4), so each provider gets
+Its attempts and backoff are a model actor's (see docs/concepts/round.md), so each provider gets
 its own actor, with its own gate (concurrency, 429 pauses) and its own request
 count (``ProviderContext.call_index``); the next one is spawned on the first
 switch, so a run that never falls over pays one actor, as any run. Its price
@@ -25,7 +25,7 @@ starts from its own first attempt. The logical call is still one
 model call (``Usage.model_calls``); every request sent is a provider attempt.
 When the last provider fails too, the run ends ``provider_failed`` with an
 error naming each provider's failure. A response that stops ``refusal``
-also goes on to the next provider (DESIGN §6: a fallback is tried before the
+also goes on to the next provider (docs/concepts/round.md: a fallback is tried before the
 run ends ``refusal``); the refused call stays in the trail (its
 ``ModelCallFinished`` and charge), and ``ProviderFallback.error_type`` says
 ``refusal``.
@@ -163,7 +163,7 @@ class FallbackModelClient(ModelClient):
                     or outcome.stop_reason is not StopReason.REFUSAL
                 ):
                     return outcome  # answered, or ended for a reason of the run's own
-                # DESIGN §6: a refusal tries the next provider before the run ends.
+                # docs/concepts/round.md: a refusal tries the next provider before the run ends.
                 switched = await self._switch(request, "refusal", outcome.text)
             else:
                 failures.append(f"{_named(self.provider)}: {type(failure).__name__}: {failure}")

@@ -1,10 +1,10 @@
-"""History: the earlier messages a run continues from (DESIGN §16).
+"""History: the earlier messages a run continues from (see docs/guides/history.md).
 
 ``rt.start(agent, input, history=...)`` takes a sequence of
 :class:`tether.Message`. It is checked once, at the call, so a malformed
 history is a ``TypeError``/``ValueError`` naming the message at fault instead
 of a 400 from the provider rounds later. The rules are the pairing rule of
-DESIGN §7, applied to what the caller hands in:
+The pairing rules of docs/guides/tools.md, applied to what the caller hands in:
 
 - every item is a ``Message`` whose role is ``"user"`` or ``"assistant"``;
 - ``tool_use`` blocks appear only in assistant messages, ``tool_result``

@@ -1,4 +1,4 @@
-"""Judgement and lessons: what a run asks its judge and its memory (DESIGN §8).
+"""Judgement and lessons: what a run asks its judge and its memory (see docs/guides/judgement.md).
 
 - :meth:`Judging.recall` reads the agent's lessons at preparation;
 - :meth:`Judging.judge` has the JudgeActor score one candidate, charges what

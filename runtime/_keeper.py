@@ -1,4 +1,4 @@
-"""A Runtime's durable side: its owner id, agents by name, leases, resume (DESIGN §20).
+"""A Runtime's durable side: its owner id, agents by name, leases, resume (docs/guides/durable.md).
 
 ``Runtime(store=..., agents=[...], lease_s=30, resume=False)`` makes one
 :class:`Keeper`. It gives each run it starts a :class:`~._durable.Durable`,

@@ -1,4 +1,4 @@
-"""Lessons: what a run learned from a failed judgement, recalled by later runs (DESIGN §8).
+"""Lessons: what a run learned from a failed judgement, recalled later (docs/guides/judgement.md).
 
 A lesson is the question plus the judge's feedback (the shortfall reasons).
 The failed answer is kept only when there is no feedback; the caller decides

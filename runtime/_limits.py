@@ -10,7 +10,7 @@ import attrs
 
 
 class Termination(enum.StrEnum):
-    """Why a run ended: exactly one per run (DESIGN §11)."""
+    """Why a run ended: exactly one per run (see docs/concepts/terminations.md)."""
 
     ANSWERED = "answered"
     TERMINAL_TOOL = "terminal_tool"
@@ -71,7 +71,7 @@ _ZERO_OK = frozenset({"max_quality_retries", "max_continues", "max_tool_retries"
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """Every ceiling of a run (DESIGN §10, §13).
+    """Every ceiling of a run (see docs/concepts/ceilings.md).
 
     A step is one round: one logical model call; provider retries inside it do
     not count. ``max_total_tokens`` counts input plus output tokens.

@@ -1,4 +1,4 @@
-"""``LLMJudge``: a model scores a rubric and answers JSON (DESIGN §8)."""
+"""``LLMJudge``: a model scores a rubric and answers JSON (see docs/guides/judgement.md)."""
 
 from __future__ import annotations
 

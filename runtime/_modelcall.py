@@ -1,6 +1,6 @@
 """One logical model call, as the run sees it: a request to the ModelActor and its replies.
 
-The ModelActor owns transport retries (DESIGN §4); this side turns its
+The ModelActor owns transport retries (see docs/concepts/round.md); this side turns its
 replies into events and charges, and owns what the actor cannot: a ModelActor
 that crashes on a request fails it back here as a transient provider error.
 It counts as an attempt and is retried with the provider's backoff on the
@@ -256,7 +256,7 @@ class ModelClient:
                             )
                         )
                     case ModelFailed(error=ContextWindowExceeded() as too_long):
-                        # DESIGN §6: the prompt is too long, as a stop reason would
+                        # docs/concepts/round.md: the prompt is too long, as a stop reason would
                         # say: the run trims once, then ends context_exceeded.
                         return self._finished(_context_exceeded(too_long))
                     case ModelFailed(error=error):
@@ -305,7 +305,7 @@ def _finished_fields(response: ModelResponse) -> dict[str, Any]:
 
 
 def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:
-    """Hand a provider's delta to the run's delta readers, as a live event (DESIGN §17)."""
+    """Hand a provider's delta to the run's delta readers, live (docs/guides/streaming.md)."""
     if isinstance(item, TextDelta):
         trail.delta(
             ev.TextDelta(

@@ -1,4 +1,4 @@
-"""Typed output (DESIGN §18): ``Agent(output_type=T, output_mode="tool" | "native")``.
+"""Typed output (docs/guides/typed-output.md): ``Agent(output_type=T, output_mode=...)``.
 
 With ``output_type=str`` (the default) none of this exists: no output tool,
 no check, nothing on the round's path.

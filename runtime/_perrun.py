@@ -1,4 +1,4 @@
-"""What one run is given beside its agent and input: model settings and deps (DESIGN §16).
+"""What a run is given beside agent and input: settings, deps (docs/guides/settings-and-deps.md).
 
 - :func:`prepare` checks them at ``Runtime.start`` (settings merged over the
   agent's, honoured by its provider, a ``tool_choice`` the agent can meet), so

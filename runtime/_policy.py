@@ -1,4 +1,4 @@
-"""Policies: checks at four points of a run (DESIGN §9)."""
+"""Policies: checks at four points of a run (see docs/guides/policies.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where a run claimed from a run store goes on: its resume point (DESIGN §20, §22).
+"""Where a run claimed from a run store goes on: its resume point (docs/guides/durable.md).
 
 A :class:`~._durable.Durable` made from a claim hands its run a
 :class:`ResumePoint`; the run restores itself from it (:meth:`ResumePoint.restore`)

@@ -1,6 +1,6 @@
 """The Run supervisor: the loop that moves a run's state from round to round.
 
-A run is preparation, a loop of rounds, and assembly (DESIGN §3)::
+A run is preparation, a loop of rounds, and assembly (see docs/concepts/round.md)::
 
     preparation:  input policy → memory recall → tool catalogue
     round:        context → model → response policy → tool policy + execution
@@ -430,7 +430,7 @@ class Run:
     # -------------------------------------------------------------- the loop
 
     async def prepare(self, point: ResumePoint | None = None) -> Decision | None:
-        """Preparation (DESIGN §3): ``None``, or the decision that ends the run before round 1.
+        """Preparation (docs/concepts/round.md): ``None``, or the decision to end before round 1.
 
         A run claimed from a run store (``point``) marks its seam first; resumed
         from a checkpoint, it only offers its tools again (and obeys a cancel

@@ -1,4 +1,4 @@
-"""The run store protocol: what a durable run keeps, and how owners share it (DESIGN §20).
+"""The run store protocol: what a durable run keeps, how owners share it (docs/guides/durable.md).
 
 **This module is the contract for every run store**: :class:`SQLiteRunStore`
 (:mod:`._sqliteruns`) and ``tether.postgres.PostgresRunStore`` implement

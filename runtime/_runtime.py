@@ -89,7 +89,7 @@ class RunHandle(Generic[OutputT]):
         misses one; any number of readers may follow one run.
 
         With ``deltas=True`` the live :class:`~tether.events.TextDelta` and
-        :class:`~tether.events.ToolCallDelta` events (DESIGN §17) come too, in
+        :class:`~tether.events.ToolCallDelta` events (see docs/guides/streaming.md) come too, in
         order between the kept events, from the moment this is called: they are
         not kept, so earlier ones are not replayed. A reader that falls behind
         gets them joined per call, never fewer characters, and never stalls the run.
@@ -236,7 +236,7 @@ class Runtime:
     ``conversations`` is the store of ``start(..., conversation=ID)``; the
     Runtime closes its connections on exit (a store reopens them when used again).
 
-    ``store`` makes runs durable (DESIGN §20, :mod:`._keeper`): recorded,
+    ``store`` makes runs durable (see docs/guides/durable.md and :mod:`._keeper`): recorded,
     checkpointed at every round boundary, owned through a lease of ``lease_s``
     seconds that the Runtime renews; ``agents`` are the agents it can resume
     by name; ``resume=True`` claims and continues runs whose owner died.

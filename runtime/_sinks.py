@@ -257,7 +257,7 @@ class JsonlSink:
     such as ``jq`` refuse) raises ``TypeError`` instead of being written as
     some string, and the Runtime then reports the sink as failed.
 
-    With ``deltas=True`` it also writes the runs' live deltas (DESIGN §17),
+    With ``deltas=True`` it also writes the runs' live deltas (see docs/guides/streaming.md),
     which are otherwise in no trail; they share the ``seq`` of the event
     before them.
 

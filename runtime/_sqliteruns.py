@@ -1,4 +1,4 @@
-"""The embedded run store: durable runs in one SQLite file (DESIGN §20).
+"""The embedded run store: durable runs in one SQLite file (see docs/guides/durable.md).
 
 :class:`SQLiteRunStore` implements :class:`~._runstore.RunStore` (its module
 docstring is the contract) on the plumbing the lesson and conversation stores

@@ -78,7 +78,7 @@ class RunState:
 
 @attrs.frozen
 class Decision:
-    """The round-boundary transition (DESIGN §4), and the ending it implies."""
+    """The round-boundary transition (see docs/concepts/round.md), and the ending it implies."""
 
     kind: Literal["continue", "retry", "complete"]
     reason: str

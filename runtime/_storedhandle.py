@@ -1,4 +1,4 @@
-"""Handles on runs that live in the run store, not in this process (DESIGN §20).
+"""Handles on runs that live in the run store, not in this process (see docs/guides/durable.md).
 
 ``rt.handle(run_id)`` gives one for a run this Runtime does not have in
 flight: started by another process, resumed elsewhere, parked, or finished.

@@ -1,4 +1,4 @@
-"""One tool round: admission, policy, approval, execution, pairing and nudges (DESIGN §7).
+"""One tool round: admission, policy, approval, execution, pairing, nudges (docs/guides/tools.md).
 
 Every call of the round is decided before any runs (repeat, unknown tool,
 the tool-call budget, the ``tool_call`` policy, approval), so a block at a

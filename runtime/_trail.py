@@ -39,7 +39,7 @@ The collector stops tracking such a tuple at its first pass when it holds only
 plain values (a tool call's arguments, a dict, keep it tracked: one object then,
 not an event and its fields).
 
-Deltas (DESIGN §17) pass through the trail without being kept: :meth:`delta`
+Deltas (see docs/guides/streaming.md) pass through the trail without being kept: :meth:`delta`
 hands one to each reader that asked (see :mod:`._deltas`) and to the sink's
 delta channel, if one asked. ``streaming`` says whether anyone did; the model
 client reads it before building a delta, so a run nobody streams builds none.

@@ -1,4 +1,4 @@
-"""The approval-crash probe (issue 26, defect 1), reusable for any store.
+"""The approval-crash probe: an approved call must run once across crashes, for any store.
 
 :func:`approval_crash` runs :mod:`tests.approval_worker`'s phases in processes
 of their own: a run parks on ``Verdict.ask``; another process approves it and

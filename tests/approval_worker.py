@@ -1,5 +1,5 @@
 """The processes of the approval-crash probe: ``python -m tests.approval_worker PHASE FACTORY ARG
-DIR BACKEND`` (issue 26, defect 1; :mod:`tests.approval_crash` drives them).
+DIR BACKEND`` (:mod:`tests.approval_crash` drives them).
 
 ``FACTORY`` and ``ARG`` make the store, as for :mod:`tests.crash_worker`.
 

@@ -1,4 +1,4 @@
-"""The crash-and-resume test of a run store (issue 15, item 7), reusable for any store.
+"""The crash-and-resume test of a run store (docs/guides/durable.md), reusable for any store.
 
 :func:`crash_and_resume` starts :data:`~tests.crash_worker.RUNS` runs in a
 subprocess (:mod:`tests.crash_worker`), kills it with SIGKILL at a random

@@ -1,4 +1,4 @@
-"""Allocation per parked run, counted deterministically (issue 17): no timing here.
+"""Allocation per parked run, counted exactly (docs/guides/performance.md): no timing here.
 
 A run parked in a long model call holds a fixed set of tasks and GC-tracked
 objects (its supervisor, its actors, their channels, scopes and frames). These
@@ -103,12 +103,12 @@ async def test_a_parked_run_holds_few_tasks(anyio_backend: str) -> None:
 
 async def test_a_parked_run_holds_few_tracked_objects(anyio_backend: str) -> None:
     """A parked run holds at most 85 (asyncio) / 92 (trio) GC-tracked objects
-    (measured: 82 / 89 after issue 17's fifth pass: the round loop inline in the run's
+    (measured: 82 / 89 after the hot path's fifth pass: the round loop inline in the run's
     task, RunStarted recorded compactly, no policies object or budget callback per run
     when there are none; 89 / 96 after the third pass: no coroutine per reply wait, no
     exception held by a parked frame, no closure for the model actor's factory, no held
     admission context or ``__exit__``, a shared done-callback context on asyncio; 104 / 109
     before it; 106 / 113 with a cancel scope around the run's task group; 141 / 145
-    before issue 17's spawn, model-actor and channel changes)."""
+    before the hot path's spawn, model-actor and channel changes)."""
     _, tracked = await _parked_counts()
     assert tracked <= MAX_TRACKED[anyio_backend], f"{tracked:.1f} tracked objects per parked run"

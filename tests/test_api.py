@@ -43,7 +43,7 @@ CONTRACT_NAMES = [
     "InMemoryLessonStore",
     "SQLiteLessonStore",
     "events",
-    # DESIGN §16
+    # docs/guides/settings-and-deps.md, docs/guides/history.md
     "ModelSettings",
     "RunContext",
 ]
@@ -68,7 +68,7 @@ CONTRACT_EVENTS = [
 
 
 def test_contract_names_are_importable() -> None:
-    """Every name DESIGN §13 fixes is importable from tether and listed in __all__."""
+    """Every name of the public API (docs/api/tether.md) imports from tether and is in __all__."""
     for name in CONTRACT_NAMES:
         assert hasattr(tether, name), name
         assert name in tether.__all__, name
@@ -128,7 +128,7 @@ def test_a_provider_error_pickles_by_its_public_path() -> None:
 
 
 def test_contract_events_exist() -> None:
-    """Every event class of DESIGN §12 is in tether.events with the contract's fields."""
+    """Every event class of docs/concepts/events.md is in tether.events with its fields."""
     for name in CONTRACT_EVENTS:
         cls = getattr(ev, name)
         fields = {f.name for f in attrs.fields(cls)}

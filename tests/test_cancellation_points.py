@@ -230,7 +230,7 @@ async def test_tool_reply_closed_while_cancelling_is_a_cancellation() -> None:
     assert [type(b).__name__ for b in state.messages[-1].content] == ["ToolResultBlock"]
 
 
-# ------------------------------------------------- streaming (DESIGN §17)
+# ------------------------------------------------- streaming (see docs/guides/streaming.md)
 
 
 def streaming_agent() -> tether.Agent:

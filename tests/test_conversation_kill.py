@@ -1,4 +1,4 @@
-"""Issue 13's second "done when": kill -9 mid-run leaves the SQLite conversation as it was.
+"""kill -9 mid-run leaves the SQLite conversation as it was.
 
 A child process runs a turn on a conversation (a ``ScriptedProvider`` with
 latency, or a slow tool), says where it is on stdout, and is killed with

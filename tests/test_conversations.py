@@ -1,4 +1,4 @@
-"""Conversations: the stores, ``Runtime(conversations=)``, turns and cancellation (DESIGN §16)."""
+"""Conversations: stores, ``Runtime(conversations=)``, turns, cancels (docs/guides/history.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The crash-and-resume test on PostgreSQL (issue 15, item 7): SIGKILL twice, resume, check it all.
+"""The crash-and-resume test on PostgreSQL (docs/guides/postgres.md): SIGKILL twice, resume, check.
 
 The same test as tests/test_crash_sqlite.py (:mod:`tests.crash_durable`), on a
 :class:`tether.postgres.PostgresRunStore` in a schema of the test's own.

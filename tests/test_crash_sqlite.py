@@ -1,4 +1,4 @@
-"""The crash-and-resume test on SQLite (issue 15, item 7): SIGKILL twice, resume, check it all."""
+"""The crash-and-resume test on SQLite (docs/guides/durable.md): SIGKILL twice, resume, check."""
 
 from __future__ import annotations
 

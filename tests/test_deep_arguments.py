@@ -1,4 +1,4 @@
-"""Tool arguments nested too deep (issue 12): the model is told, the run goes on.
+"""Tool arguments nested too deep (docs/guides/tools.md): the model is told, the run goes on.
 
 The ScriptedProvider hands the arguments over as Python values; the HTTP
 providers' side of the story is in ``tests/providers/test_deep_arguments.py``.

@@ -1,4 +1,4 @@
-"""Durable runs (DESIGN §20): recorded, checkpointed, resumed after a crash, handled anywhere."""
+"""Durable runs (docs/guides/durable.md): recorded, checkpointed, resumed, handled anywhere."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""History in, transcripts out: ``history=`` and ``RunResult.messages`` (DESIGN §16)."""
+"""History in, transcripts out: ``history=`` and ``RunResult.messages`` (docs/guides/history.md)."""
 
 from __future__ import annotations
 

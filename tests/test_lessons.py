@@ -446,7 +446,7 @@ def _assert_untouched(path: Path, before: bytes) -> None:
 async def test_sqlite_foreign_database_refused_untouched(
     db_path: Path, sqlite_stores: list[SQLiteLessonStore], pragmas: tuple[str, ...]
 ) -> None:
-    """Another program's SQLite file is refused before anything in it changes (issue 12)."""
+    """Another program's SQLite file is refused before anything in it changes."""
     before = _foreign_db(db_path, *pragmas)
     store = SQLiteLessonStore(db_path)
     sqlite_stores.append(store)

@@ -1,4 +1,4 @@
-"""MCP servers as tools (DESIGN §19): real servers written with the SDK, over stdio and HTTP.
+"""MCP servers as tools (docs/guides/mcp.md): real servers written with the SDK, stdio and HTTP.
 
 The servers are tests/mcp_server.py, run as subprocesses: over stdin and stdout
 (``MCPServerStdio``) and over streamable HTTP on 127.0.0.1 (``MCPServerHTTP``).
@@ -386,7 +386,7 @@ async def test_a_run_cancelled_during_a_call_leaks_nothing() -> None:
 
 
 async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: HttpServer) -> None:
-    """Issue 14: an agent with a stdio server and an HTTP server answers through both."""
+    """An agent with a stdio server and an HTTP server answers through both."""
     agent = tether.Agent(
         name="both",
         provider=calls(

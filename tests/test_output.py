@@ -1,4 +1,4 @@
-"""Typed output (DESIGN §18): ``Agent(output_type=T)``, the ``final_result`` tool, native mode."""
+"""Typed output (docs/guides/typed-output.md): ``output_type=T``, ``final_result``, native mode."""
 
 from __future__ import annotations
 

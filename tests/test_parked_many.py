@@ -1,4 +1,4 @@
-"""10,000 runs parked for approval hold no task and no memory in the Runtime (issue 15, item 5)."""
+"""10,000 runs parked on approval hold no task or memory in the Runtime (docs/guides/durable.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policies at the four points of a run (DESIGN §9), asserted through events and results."""
+"""Policies at the four points of a run (docs/guides/policies.md), through events and results."""
 
 from __future__ import annotations
 

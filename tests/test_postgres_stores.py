@@ -1,4 +1,4 @@
-"""The PostgreSQL conversation and lesson stores: schema, isolation, races, errors (DESIGN §20).
+"""The PostgreSQL conversation and lesson stores: schema, isolation, races, errors.
 
 What they share with the other stores (the protocols' semantics) runs in
 tests/test_conversations.py and tests/test_lessons.py, parametrized over the

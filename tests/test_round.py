@@ -444,7 +444,7 @@ async def test_unknown_stop_reason_ends_without_looping() -> None:
     ],
 )
 def test_stop_reason_mapping(raw: str | None, expected: StopReason) -> None:
-    """Anthropic and OpenAI stop values normalize as DESIGN §6 says."""
+    """Anthropic and OpenAI stop values normalize as docs/concepts/round.md's table says."""
     assert StopReason.parse(raw) is expected
 
 

@@ -1,4 +1,4 @@
-"""Tools inside a run (DESIGN §7): pairing, error classes, terminal tools, repeats,
+"""Tools inside a run (see docs/guides/tools.md): pairing, error classes, terminal tools, repeats,
 budgets, concurrency, timeouts and discovery, asserted through events and results."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two service processes on one PostgreSQL serve each other's runs (issue 15, item 6).
+"""Two service processes on one PostgreSQL serve each other's runs (docs/guides/embedding.md).
 
 ``examples/fastapi_service.py`` (asyncio, uvicorn) and
 ``examples/trio_service.py`` (trio, hypercorn) run as subprocesses with

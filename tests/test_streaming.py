@@ -1,4 +1,4 @@
-"""Streaming to the caller (DESIGN §17): live deltas, stream_text, slow readers, sinks."""
+"""Streaming (docs/guides/streaming.md): live deltas, stream_text, slow readers, sinks."""
 
 from __future__ import annotations
 

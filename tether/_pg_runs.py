@@ -1,4 +1,4 @@
-"""The PostgreSQL run store: durable runs shared by many machines (DESIGN §20).
+"""The PostgreSQL run store: durable runs shared by many machines (see docs/guides/postgres.md).
 
 :class:`PostgresRunStore` implements :class:`~tether.runtime.RunStore` (the
 module docstring of ``tether.runtime._runstore`` is the contract) on the

@@ -1,4 +1,4 @@
-"""The event classes of a run, ``dump``/``load`` for JSON, and ``summarize`` (DESIGN §12)."""
+"""A run's event classes, ``dump``/``load`` for JSON, ``summarize`` (docs/concepts/events.md)."""
 
 from tether.runtime._events import DELTA_TYPES as DELTA_TYPES
 from tether.runtime._events import EVENT_TYPES as EVENT_TYPES

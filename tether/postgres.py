@@ -1,4 +1,4 @@
-"""PostgreSQL stores: what a fleet of services shares, in one database (DESIGN §20).
+"""PostgreSQL stores: what a fleet of services shares, in one database (docs/guides/postgres.md).
 
 Install the extra (``pip install 'tether[postgres]'``: psycopg 3 and
 psycopg-pool) and hand the stores a DSN::

@@ -1,4 +1,4 @@
-"""Runs across processes and machines, on Ray (DESIGN §21; extra ``ray``).
+"""Runs across processes and machines, on Ray (see docs/guides/ray.md; extra ``ray``).
 
 ::
 
@@ -32,7 +32,7 @@ its own.
 * **Failover.** With a run store shared by the hosts (``SQLiteRunStore`` on
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
   are resumed by the surviving hosts (or by the host Ray restarts) from their
-  last checkpoint, once their lease (``lease_s``) expires (DESIGN §20).
+  last checkpoint, once their lease (``lease_s``) expires (see docs/guides/durable.md).
   Handles keep working: ``result()`` returns the resumed run's result, and an
   event stream goes on with the resumed run's ``RunResumed`` seam. The events
   the dead host had emitted after its last checkpoint (the round in flight,
@@ -125,8 +125,8 @@ class RayRuntime:
     Ray options (``num_cpus=1`` by default, so Ray spreads hosts over
     machines; ``max_restarts``: how often Ray restarts a host that died).
 
-    ``store``, ``agents``, ``lease_s`` are the hosts' durable side (DESIGN
-    §20): every host resumes the runs whose owner died. ``conversations``
+    ``store``, ``agents``, ``lease_s`` are the hosts' durable side
+    (docs/guides/durable.md): every host resumes the runs whose owner died. ``conversations``
     must be a store every host reaches (SQLite or PostgreSQL). ``limits``
     is a budget over all hosts; ``provider_concurrency`` is per endpoint over
     all hosts; ``max_concurrent_runs`` and ``tool_threads`` are per host.

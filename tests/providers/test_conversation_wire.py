@@ -1,4 +1,4 @@
-"""Issue 13's first "done when": a three-turn conversation with tool calls, over SSE.
+"""A three-turn conversation with tool calls, over SSE.
 
 Each turn asks the fake server twice (a tool call, then the answer); the test
 checks the exact messages each server received on turn 3: the two earlier

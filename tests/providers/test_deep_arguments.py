@@ -1,4 +1,4 @@
-"""Tool arguments nested too deep, over real sockets (issue 12).
+"""Tool arguments nested too deep, over real sockets (docs/guides/tools.md).
 
 The model's arguments nest 500 or 100,000 levels: the run tells the model (an
 ``is_error`` tool result in the next request, whose body is valid JSON) and

@@ -345,8 +345,8 @@ async def test_the_clamp_uses_the_price_of_the_provider_the_request_goes_to(shar
 
 @pytest.mark.parametrize("second_refuses", [False, True])
 async def test_a_refusal_tries_the_next_provider_first(second_refuses: bool) -> None:
-    """DESIGN §6: a refusal goes on to the next provider; the run ends refusal only when the
-    last one refuses too."""
+    """docs/guides/providers.md: a refusal goes on to the next provider; the run ends refusal
+    only when the last one refuses too."""
     no = Reply(text="I cannot help with that.", stop_reason=StopReason.REFUSAL)
     primary = scripted(no, model="a")
     secondary = scripted(no if second_refuses else Reply(text="5"), model="b")

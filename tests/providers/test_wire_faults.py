@@ -123,7 +123,7 @@ def final(kind: str) -> Answer:
 
 @KINDS
 async def test_a_prompt_too_long_is_trimmed_once_then_answered(kind: str) -> None:
-    """A 400 'context length exceeded' takes DESIGN §6's path: trim, continue, answer."""
+    """A 400 'context length exceeded' takes docs/concepts/round.md's path: trim, go on, answer."""
     answers = [tool_round(kind, 1), tool_round(kind, 2), tool_round(kind, 3), too_long(kind)]
     async with fake_server(*answers, final(kind)) as server:
         provider = make_provider(kind, server.url, stream=False)

@@ -121,7 +121,7 @@ async def use(agent: tether.Agent) -> None:
     assert isinstance(result.output, str | None)
 
 
-# ---------------------------------------------------------- DESIGN §16: settings and deps
+# ---------------------------- settings and deps (docs/guides/settings-and-deps.md)
 
 
 @attrs.frozen
