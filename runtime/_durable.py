@@ -19,14 +19,16 @@ means another Runtime owns the run now: the run stops here, writes nothing
 more, and leaves the Runtime; its handles here follow it in the store.
 
 A run held by ``Verdict.ask`` parks (:meth:`Durable.park`): its checkpoint is
-the state from before that tool round, with the model's message kept apart,
-and the run leaves its Runtime (no task, no memory). Answered, it is resumed
-and runs that tool round again with the answers given.
+the state from before that tool round, with the model's message and how the
+round had decided its calls kept apart, and the run leaves its Runtime (no
+task, no memory). Answered, it is resumed and finishes that tool round with
+the answers given.
 
-A resumed run (:func:`restore`) starts from its claim: the stored events are
-its trail's first events, the checkpoint its state, and its first round is the
-one that was in flight at the crash. The tool calls of that round whose
-results were recorded are answered from the records, not executed again.
+A Durable made from a claim hands its run a :class:`~._resume.ResumePoint`
+(:attr:`Durable.point`): the run restores itself from it and goes on through its
+own round code. Its first tool round answers the calls whose results were
+recorded from the records (:meth:`Durable.recall`), matched by call id in any
+round of the run: a recorded call is never executed again.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -51,21 +53,16 @@ from tether.providers import (
     load_message,
 )
 
-from ._discovery import choose_tools
-from ._limits import Termination
-from ._output import OUTPUT_GIVEN
 from ._repeats import RecentCalls, canonical
+from ._resume import Admission, HeldRound, ResumePoint
 from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
 from ._state import Decision, dump_state, load_state
 from ._storedhandle import StoredRun
-from ._toolsets import _RunWithToolsets, connect_toolsets
 
 if TYPE_CHECKING:
     from ._agent import Agent
-    from ._discovery import ActiveTools
     from ._result import RunResult
     from ._state import RunState
-    from ._toolround import Approvals
     from ._trail import Trail
 
 
@@ -78,15 +75,9 @@ class Run(Protocol):
     state: RunState
     trail: Trail
     result: RunResult[Any] | None
-    _tools: ActiveTools
-    _cancel_reason: str | None
+    #: The reason the run was asked to cancel, once it was.
+    cancel_reason: str | None
 
-    approvals: Approvals
-
-    async def prepare(self) -> Decision | None: ...
-    async def _execute_tools(self, response: ModelResponse) -> Decision: ...
-    async def _judge_candidate(self, text: str) -> Decision: ...
-    async def _decide(self, decision: Decision) -> Decision: ...
     def cancel(self, reason: str) -> None: ...
     def stop(self) -> None: ...
     def let_go(self) -> None: ...
@@ -100,76 +91,57 @@ class Durable:
     """One run's writes to the store (see the module docstring)."""
 
     __slots__ = (
-        "_claim",
         "_created",
         "_flushed",
         "_lost",
         "_recall_round",
         "_run",
-        "_unpark",
         "lease_s",
         "owner",
         "parked",
+        "point",
         "run_id",
         "store",
     )
 
     def __init__(
-        self, store: RunStore, owner: str, lease_s: float, run_id: str, claim: Claim | None = None
+        self,
+        store: RunStore,
+        owner: str,
+        lease_s: float,
+        run_id: str,
+        claim: Claim | None = None,
+        events: Sequence[Any] = (),
     ) -> None:
         self.store, self.owner, self.lease_s, self.run_id = store, owner, lease_s, run_id
-        self._claim = claim
         self._created = claim is not None
         self._lost = False
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
         #: The run has left this process: parked in the store, or lost to another owner.
         self.parked = False
-        checkpoint = None if claim is None else claim.run.checkpoint
-        # A parked run's held tool round, to run again with the answers.
-        self._unpark = None if checkpoint is None else checkpoint.get("parked")
-        # The round in flight at the crash: its recorded tool results are reused.
-        self._recall_round = None if checkpoint is None else int(checkpoint["round"]) + 1
+        #: Where a claimed run goes on (``None``: a new run).
+        self.point = None if claim is None else resume_point(claim, events)
+        # The round whose calls may have recorded results: the first one the run runs.
+        self._recall_round = None if self.point is None else self.point.round
 
     @property
     def created(self) -> bool:
         """Whether the store has the run's record (its lease is then renewed)."""
         return self._created and not self._lost
 
-    @property
-    def resumed(self) -> bool:
-        """Whether the run continues from a checkpoint (so it skips preparation)."""
-        return self._recall_round is not None
-
     # --------------------------------------------------------------- the run's path
 
-    async def prepare(self, run: Run) -> Decision | None:
-        """Preparation, then the record and the first checkpoint; or the resumed seam."""
-        claim, self._run = self._claim, run
-        if self.resumed:
-            assert claim is not None
-            # The agent's tools, and those its searches had found (the Run's own field).
-            agent = run.agent
-            run._tools = choose_tools(
-                agent.tools, agent.discovery, agent.discovery_threshold, agent.typed_output
-            )
-            # A Run is a _RunWithToolsets (as Run.prepare's own call shows); mypy cannot
-            # see its inferred attributes from here, across the import cycle.
-            conn = cast("_RunWithToolsets", run)
-            if agent.toolsets and (failed := await connect_toolsets(conn)) is not None:
-                return failed
-            tools = run._tools  # with the toolsets' tools, when the agent has any
-            tools.promote(t for t in tools.catalogue if t.name in run.state.found_tools)
-            _seam(run, claim)
-            if claim.run.cancel is not None:
-                run.cancel(claim.run.cancel)
-            elif self._unpark is not None:
-                return await self._resume_round(run, claim)
-            return None
-        failed = await run.prepare()
-        if failed is not None:
-            return failed
-        if claim is None:
+    async def begin(self, run: Run) -> None:
+        """After preparation: the record (a new run) and the first checkpoint.
+
+        A run resumed from a checkpoint has both; a run claimed before its first
+        checkpoint started over, and writes its first checkpoint now.
+        """
+        self._run = run
+        if self.point is not None and self.point.state is not None:
+            return
+        if not self._created:
             state = run.state
             record = NewRun(
                 run_id=run.id,
@@ -182,10 +154,7 @@ class Durable:
             with anyio.CancelScope(shield=True):
                 await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
             self._created = True
-        else:  # claimed before its first checkpoint: it started over
-            _seam(run, claim)
         await self.boundary(run, None)
-        return None
 
     async def boundary(self, run: Run, decision: Decision | None) -> None:
         """A round boundary the run goes on from: commit the round; obey requests."""
@@ -213,47 +182,29 @@ class Durable:
         elif control.stop:
             run.stop()
 
-    async def _resume_round(self, run: Run, claim: Claim) -> Decision | None:
-        """A parked run answered: its held tool round again, with the answers given."""
-        message = load_message(self._unpark)
-        self._unpark = None
-        run.approvals.given = {a.call_id: (a.approved, a.note) for a in claim.run.answers}
-        response = ModelResponse(content=message.content, stop_reason=StopReason.TOOL_USE)
-        decision = await run._execute_tools(response)
-        if decision is OUTPUT_GIVEN:
-            candidate = run.state.candidate or ""
-            judged = run.agent.judge is not None
-            decision = (
-                await run._judge_candidate(candidate)
-                if judged
-                else Decision.end(Termination.ANSWERED)
-            )
-        with run.trail.stage("decide"):
-            decision = await run._decide(decision)
-        await self.boundary(run, decision)
-        return decision if decision.termination is not None else None
-
     async def park(
-        self, asks: Sequence[ToolUseBlock], previous: RecentCalls, reserved: int
+        self,
+        asks: Sequence[ToolUseBlock],
+        previous: RecentCalls,
+        reserved: int,
+        admission: Admission,
     ) -> None:
         """Park the run in the store until its held calls are answered; it ends here.
 
         The checkpoint is the state from before this tool round (the round's
-        marks undone), with the model's message kept apart: answered, the run
-        runs this tool round again, from the same calls.
+        marks undone), with the model's message and ``admission`` kept apart:
+        answered, the run finishes this tool round from its approvals on.
         """
         run = self._run
         assert run is not None
         state = run.state
-        marks = state.previous_calls, state.usage.tool_calls
-        message = state.messages.pop()
-        state.previous_calls, state.usage.tool_calls = previous, marks[1] - reserved
-        try:
-            checkpoint = dump_state(state)
-        finally:
-            state.messages.append(message)
-            state.previous_calls, state.usage.tool_calls = marks
-        checkpoint["parked"] = dump_message(message)
+        usage = attrs.evolve(state.usage, tool_calls=state.usage.tool_calls - reserved)
+        before = attrs.evolve(
+            state, messages=state.messages[:-1], previous_calls=previous, usage=usage
+        )
+        checkpoint = dump_state(before)  # the run's own state is left as it is
+        checkpoint["parked"] = dump_message(state.messages[-1])
+        checkpoint["admission"] = admission.dump()
         trail = run.trail
         count = len(trail)
         events = trail.dumped(self._flushed)
@@ -270,7 +221,7 @@ class Durable:
             self.lose(run, lost)
             return
         self._flushed = count
-        reason = run._cancel_reason
+        reason = run.cancel_reason
         if reason is None:
             self.parked = True
             run.cancel("parked")  # the run's task ends now; finish() hands it to the store
@@ -341,65 +292,91 @@ class Durable:
     async def recall(
         self, round: int, invocations: Sequence[ToolInvocation]
     ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]:
-        """Split a round's calls into those to run and those answered from records."""
+        """Split the first tool round of a resumed run into the calls to run and those
+        answered from their records (any other round's calls all run).
+
+        A call's record is the one of its call id, from any round of the run, if it
+        is of the same tool and arguments (a provider that numbers its calls anew
+        each response does not get another call's result); else, within this round,
+        the first unused record of the same tool and arguments (a redone model call
+        may give its calls new ids). Each record answers one call.
+        """
         if round != self._recall_round:
             return list(invocations), []
         self._recall_round = None
-        records = await self.store.tool_records(self.run_id, round)
-        by_id = {r.call_id: r for r in records}
-        by_call = {(r.name, r.arguments): r for r in reversed(records)}
+        by_id: dict[str, ToolRecord] = {}
+        by_call: dict[tuple[str, str], list[ToolRecord]] = {}
+        for r in await self.store.tool_records(self.run_id):  # in recording order
+            if r.round == round or by_id.get(r.call_id, r).round != round:
+                by_id[r.call_id] = r  # this round's record of the id, else its last
+            if r.round == round:
+                by_call.setdefault((r.name, r.arguments), []).append(r)
+        # By call id first, for every call: a record is its own call's before it may be
+        # another's by name and arguments.
+        keys = [(i.call.name, canonical(i.call.input)) for i in invocations]
+        mine: dict[str, ToolRecord] = {}
+        for invocation, key in zip(invocations, keys, strict=True):
+            found = by_id.get(invocation.call.id)
+            if found is not None and (found.name, found.arguments) == key:
+                mine[invocation.call.id] = found
+        used = {(r.round, r.call_id) for r in mine.values()}
         to_run: list[ToolInvocation] = []
         reused: list[tuple[ToolUseBlock, ToolDone]] = []
-        used: set[str] = set()
-        for invocation in invocations:
+        for invocation, key in zip(invocations, keys, strict=True):
             call = invocation.call
-            record = by_id.get(call.id) or by_call.get((call.name, canonical(call.input)))
-            if record is None or record.call_id in used:
-                to_run.append(invocation)
-                continue
-            used.add(record.call_id)
-            data = record.result
-            output = None if data["output"] is None else ToolOutput(**data["output"])
-            reused.append(
-                (
-                    call,
-                    ToolDone(
-                        call_id=call.id,
-                        name=call.name,
-                        outcome=data["outcome"],
-                        content=data["content"],
-                        attempts=int(data["attempts"]),
-                        output=output,
-                    ),
-                )
-            )
+            found = mine.get(call.id)
+            if found is None:
+                twins = by_call.get(key, ())
+                found = next((r for r in twins if (r.round, r.call_id) not in used), None)
+                if found is None:
+                    to_run.append(invocation)
+                    continue
+                used.add((found.round, found.call_id))
+            reused.append((call, _done(call, found)))
         return to_run, reused
 
 
-def _seam(run: Run, claim: Claim) -> None:
-    trail = run.trail
-    trail.add(
-        ev.RunResumed(
-            **trail.head(), from_round=run.state.round, previous_owner=claim.previous_owner
-        )
+def _done(call: ToolUseBlock, record: ToolRecord) -> ToolDone:
+    """A recorded result as the answer to ``call``."""
+    data = record.result
+    output = None if data["output"] is None else ToolOutput(**data["output"])
+    return ToolDone(
+        call_id=call.id,
+        name=call.name,
+        outcome=data["outcome"],
+        content=data["content"],
+        attempts=int(data["attempts"]),
+        output=output,
     )
 
 
-def restore(run: Run, claim: Claim, events: Sequence[Any]) -> None:
-    """Make a freshly built Run the claimed run: its stored trail, its checkpoint."""
+def resume_point(claim: Claim, events: Sequence[Any]) -> ResumePoint:
+    """Where the claimed run goes on: its checkpoint, its stored events, its held round."""
     stored = claim.run
-    if stored.checkpoint is None:
-        return
-    run.trail.restore([ev.load(e) for e in events])
-    loaded = load_state(stored.checkpoint)
-    state = run.state
-    for field in attrs.fields(type(state)):
-        if field.name in ("usage", "approvals"):  # the Run's rooms hold these two
-            continue
-        setattr(state, field.name, getattr(loaded, field.name))
-    for field in attrs.fields(type(state.usage)):  # the Accounts hold this meter
-        setattr(state.usage, field.name, getattr(loaded.usage, field.name))
-    run.trail.round = state.round
+    checkpoint = stored.checkpoint
+    if checkpoint is None:  # claimed before its first checkpoint: it starts over
+        return ResumePoint(previous_owner=claim.previous_owner, state=None)
+    parked = checkpoint.get("parked")
+    held = None
+    if parked is not None and stored.cancel is None:
+        admission = checkpoint.get("admission")
+        held = HeldRound(
+            response=ModelResponse(
+                content=load_message(parked).content, stop_reason=StopReason.TOOL_USE
+            ),
+            answers={a.call_id: (a.approved, a.note) for a in stored.answers},
+            admission=None if admission is None else Admission.load(admission),
+        )
+    state = load_state(checkpoint)
+    return ResumePoint(
+        previous_owner=claim.previous_owner,
+        state=state,
+        events=[ev.load(e) for e in events],
+        # A parked checkpoint is of the held round itself; any other, of the round before.
+        round=state.round if parked is not None else state.round + 1,
+        cancel=stored.cancel,
+        held=held,
+    )
 
 
 async def wait_result(store: RunStore, run_id: str, agent: Agent[Any, Any]) -> RunResult[Any]:
@@ -414,4 +391,4 @@ def dump_result(result: RunResult[Any]) -> dict[str, Any]:
     return data
 
 
-__all__ = ["Durable", "dump_result", "restore"]
+__all__ = ["Durable", "dump_result", "resume_point"]

@@ -100,9 +100,9 @@ class Keeper:
         events = [] if claim.run.checkpoint is None else await self.store.events(run_id)
         return agent, claim, events
 
-    def resumed(self, claim: Claim) -> Durable:
-        """A claimed run's link to the store (:func:`~._durable.restore` restores the run)."""
-        return Durable(self.store, self.owner, self.lease_s, claim.run.run_id, claim)
+    def resumed(self, claim: Claim, events: Sequence[Any]) -> Durable:
+        """A claimed run's link to the store, with the point the run goes on from."""
+        return Durable(self.store, self.owner, self.lease_s, claim.run.run_id, claim, events)
 
     # --------------------------------------------------------------- the task
 

@@ -135,7 +135,8 @@ def summarize(events: Sequence[ev.Event]) -> str:
         if isinstance(event, ev.StageEntered | ev.StageExited) and event.stage == "finalize":
             continue  # assembly: where the run was when it ended still counts
         if isinstance(event, ev.StageEntered):
-            stage, tools, retries, answered = event.stage, 0, 0, False
+            if event.stage != stage:  # else entered again across a seam (a parked tool round)
+                stage, tools, retries, answered = event.stage, 0, 0, False
         elif isinstance(event, ev.StageExited):
             if event.stage == "model":
                 parts.append(model(answered))

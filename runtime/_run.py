@@ -55,7 +55,7 @@ from tether.providers import Message, ModelRequest, ModelResponse, StopReason, T
 from ._accounting import Accounts
 from ._agent import Agent
 from ._budget import Hit, least
-from ._discovery import ActiveTools, choose_tools
+from ._discovery import ActiveTools
 from ._fallback import model_client
 from ._history import user_message
 from ._judgement import Judging
@@ -67,12 +67,13 @@ from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
 from ._state import Decision, PendingApproval, RunState, RunView
 from ._toolround import Approvals, ToolRound
-from ._toolsets import connect_toolsets
+from ._toolsets import offer_tools
 from ._trail import EventStream, Trail
 from ._transcript import Transcript
 
 if TYPE_CHECKING:
     from ._durable import Durable
+    from ._resume import HeldRound, ResumePoint
     from ._services import RuntimeServices
 
 #: The user message that asks a model cut off by ``max_tokens`` to go on.
@@ -89,7 +90,6 @@ class Run:
 
     # Slots: thousands of runs may be parked at once; no per-run __dict__.
     __slots__ = (
-        "_cancel_reason",
         "_decision",
         "_done",
         "_durable",
@@ -110,6 +110,7 @@ class Run:
         "accounts",
         "agent",
         "approvals",
+        "cancel_reason",
         "id",
         "input",
         "per_run",
@@ -163,7 +164,8 @@ class Run:
         # Made when someone waits for the result (most runs are awaited once, at the end).
         self._done: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
-        self._cancel_reason: str | None = None
+        #: The reason the run was asked to cancel, once it was.
+        self.cancel_reason: str | None = None
         self._stop_requested = False
         self._started: float | None = None  # when admitted (anyio.current_time())
         self._decision: Decision | None = None  # the loop's, once it has decided
@@ -176,6 +178,8 @@ class Run:
         self._tool_actor: ActorRef[RunTools] | None = None
         self._judge: ActorRef[JudgeCandidate] | None = None
         self._transcript = transcript or Transcript.of(agent)
+        if durable is not None and durable.point is not None:  # claimed from the store
+            durable.point.restore(state, trail)
 
     # ------------------------------------------------------------- the handle
 
@@ -195,10 +199,10 @@ class Run:
         self._stop_requested = True
 
     def cancel(self, reason: str) -> None:
-        if self.result is not None or self._cancel_reason is not None:
+        if self.result is not None or self.cancel_reason is not None:
             return
-        self._cancel_reason = reason or "cancelled"
-        self._cut(self._cancel_reason)
+        self.cancel_reason = reason or "cancelled"
+        self._cut(self.cancel_reason)
 
     def force_end(self, hit: Hit) -> None:
         """End the run now for a ceiling it does not own (the Runtime's budget)."""
@@ -235,8 +239,8 @@ class Run:
         try:
             async with anyio.create_task_group() as tg:
                 scope = self._scope = tg.cancel_scope
-                if self._cancel_reason is not None:
-                    self._cut(self._cancel_reason)
+                if self.cancel_reason is not None:
+                    self._cut(self.cancel_reason)
                 if self._transcript is not None:
                     await self._transcript.begin()
                 admission = self._services.admission() if admit else None
@@ -278,18 +282,25 @@ class Run:
             tg.cancel_scope.deadline = self._started + agent.limits.timeout_s
         self._start_children(tg)
         try:
+            point = None if durable is None else durable.point
+            held = None if point is None else point.held
             # Awaited at once: a coroutine kept in a local would stay tracked while the run lives.
-            failed = await (self.prepare() if durable is None else durable.prepare(self))
-            if failed is None and (ceiling := self.accounts.before_call()) is not None:
+            failed = await self.prepare(point)
+            if failed is None and durable is not None:
+                await durable.begin(self)  # the record and the first checkpoint, if not stored
+            # A held round's model call was made before the park: its ceilings come after it.
+            if failed is None and held is None and (ceiling := self.accounts.before_call()):
                 failed = Decision.end(ceiling)
             if failed is not None:
                 self._decision = failed
                 return
             while True:
-                state.round = trail.round = state.round + 1
-                decision = await self._round()
+                if held is None:
+                    state.round = trail.round = state.round + 1
+                decision = await self._round(held)  # a parked run finishes its held round first
+                held = None
                 with trail.stage("decide"):
-                    decision = await self._decide(decision)
+                    decision = await _decide(self, decision)
                 if durable is not None:
                     await durable.boundary(self, decision)
                 if decision.termination is not None:
@@ -301,7 +312,7 @@ class Run:
     def _conclude(self, caught: bool) -> None:
         """Finish with the loop's decision, or say why the run was cut short."""
         decision, accounts = self._decision, self.accounts
-        cut = self._cancel_reason is not None or self._forced is not None or caught
+        cut = self.cancel_reason is not None or self._forced is not None or caught
         if (
             decision is not None
             and decision.termination is not None
@@ -312,8 +323,8 @@ class Run:
             accounts.record_hit(self._forced.ceiling, self._forced.limit, self._forced.used)
             why = f"the Runtime's budget was spent ({self._forced.ceiling})"
             self._finish(self._forced.termination, why)
-        elif self._cancel_reason is not None:
-            self._finish(Termination.CANCELLED, self._cancel_reason)
+        elif self.cancel_reason is not None:
+            self._finish(Termination.CANCELLED, self.cancel_reason)
         elif caught and self._started is not None:
             # Nothing else cancels the run's own scope: its deadline passed.
             timeout = float(self.agent.limits.timeout_s or 0)
@@ -418,9 +429,22 @@ class Run:
 
     # -------------------------------------------------------------- the loop
 
-    async def prepare(self) -> Decision | None:
-        """Preparation (docs/concepts/round.md): ``None``, or the decision to end before round 1."""
+    async def prepare(self, point: ResumePoint | None = None) -> Decision | None:
+        """Preparation (docs/concepts/round.md): ``None``, or the decision to end before round 1.
+
+        A run claimed from a run store (``point``) marks its seam first; resumed
+        from a checkpoint, it only offers its tools again (and obeys a cancel
+        requested through the store); claimed before one, it starts over.
+        """
         state, trail, policies = self.state, self.trail, self.policies
+        if point is not None:  # claimed from a run store: its seam
+            trail.add(point.seam(trail.head(), state.round))
+            if point.state is not None:
+                if point.cancel is not None:
+                    self.cancel(point.cancel)
+                elif point.held is not None:
+                    self.approvals.given = dict(point.held.answers)
+                return await self._offer_tools()
         with trail.stage("input"):
             verdict = await policies.check(PolicyPoint.INPUT, self.input)
         if verdict.kind == "block":
@@ -431,34 +455,41 @@ class Run:
             if (kept := self._transcript) is not None and (failed := await kept.load(state, trail)):
                 return failed
         with trail.stage("tools"):
-            agent = self.agent
-            tools = self._tools = choose_tools(
-                agent.tools, agent.discovery, agent.discovery_threshold, agent.typed_output
-            )
-            state.discovery = tools.discovery
-            if agent.toolsets and (failed := await connect_toolsets(self)):
+            if (failed := await self._offer_tools()) is not None:
                 return failed
         state.messages.append(self._first or user_message(self.input))
         return None
 
-    async def _round(self) -> Decision:
+    async def _offer_tools(self) -> Decision | None:
+        tools = await offer_tools(self.agent, self._services.toolsets, self.state, self.trail)
+        if isinstance(tools, Decision):
+            return tools
+        self._tools = tools
+        return None
+
+    async def _round(self, held: HeldRound | None = None) -> Decision:
+        """One round (``held``: a parked run's held tool round, answered: its response
+        came before the park)."""
         state, trail = self.state, self.trail
-        with trail.stage("context"):
-            request = self._request()
-        assert self._model is not None
-        with trail.stage("model"):
-            outcome = await self._model.call(request)
-        if isinstance(outcome, Decision):
-            return outcome
-        response = outcome
-        state.usage.steps += 1
-        # The candidate lives for this round only: set from this response.
-        state.candidate = None
-        if self.policies.active:
-            with trail.stage("policy"):
-                verdict = await self.policies.check(PolicyPoint.RESPONSE, response)
-            if verdict.kind == "block":
-                return blocked(verdict)
+        if held is not None:
+            response = held.response
+        else:
+            with trail.stage("context"):
+                request = _request(self)
+            assert self._model is not None
+            with trail.stage("model"):
+                outcome = await self._model.call(request)
+            if isinstance(outcome, Decision):
+                return outcome
+            response = outcome
+            state.usage.steps += 1
+            # The candidate lives for this round only: set from this response.
+            state.candidate = None
+            if self.policies.active:
+                with trail.stage("policy"):
+                    verdict = await self.policies.check(PolicyPoint.RESPONSE, response)
+                if verdict.kind == "block":
+                    return blocked(verdict)
         stop, calls = response.stop_reason, response.tool_calls
         if stop is StopReason.MAX_TOKENS:
             if calls:
@@ -467,7 +498,7 @@ class Run:
                 return Decision.end(Termination.TRUNCATED_TOOL_CALL, why)
             return _continue_text(state, self.agent.limits, self.accounts, response)
         if calls:
-            decision = await self._execute_tools(response, calls)
+            decision = await self._execute_tools(response, calls, held)
             if decision is not OUTPUT_GIVEN:
                 return decision
         elif stop in (StopReason.END_TURN, StopReason.STOP_SEQUENCE):
@@ -495,50 +526,15 @@ class Run:
         why = f"unknown stop reason {response.raw_stop_reason!r}"
         return Decision.end(Termination.UNKNOWN_STOP_REASON, why)
 
-    async def _decide(self, decision: Decision) -> Decision:
-        """The round boundary: round_end policy, ceilings, a stop request; the transition.
-
-        A cancel requested before the boundary wins over whatever the round
-        decided (its reply may have come in the same instant).
-        """
-        if self._cancel_reason is not None:
-            decision = Decision("complete", "cancelled", Termination.CANCELLED, self._cancel_reason)
-        if (decision.termination is None or decision.termination.ok) and self.policies.active:
-            verdict = await self.policies.check(PolicyPoint.ROUND_END, RunView.of(self.state))
-            if verdict.kind == "block":
-                decision = blocked(verdict)
-        if decision.termination is None:
-            ceiling = self.accounts.before_call()
-            if ceiling is not None:
-                decision = Decision.end(ceiling)
-        if decision.termination is None and self._stop_requested:
-            decision = Decision("complete", "stopped", Termination.CANCELLED, "stopped")
-        trail = self.trail
-        trail.note(ev.Transition, kind=decision.kind, reason=decision.reason)
-        return decision
-
-    # -------------------------------------------------------------- context
-
-    def _request(self) -> ModelRequest:
-        request = ModelRequest(
-            system=self.state.system,
-            messages=tuple(self.state.messages),
-            tools=self._tools.definitions(),
-            max_tokens=self.accounts.clamp(),
-            settings=self.per_run.settings,
-            output_format=None if (typed := self.agent.typed_output) is None else typed.format,
-        )
-        return request if self._transcript is None else self._transcript.bound(request)
-
     # ---------------------------------------------------------------- tools
 
     async def _execute_tools(
-        self, response: ModelResponse, calls: tuple[ToolUseBlock, ...] | None = None
+        self, response: ModelResponse, calls: tuple[ToolUseBlock, ...], held: HeldRound | None
     ) -> Decision:
-        """The round's tool calls (``calls``: ``response.tool_calls``, if the caller has them)."""
+        """The round's tool calls (``response.tool_calls``)."""
         self.state.messages.append(Message(role="assistant", content=response.content))
         tool_round = self._tool_round = ToolRound(
-            response.tool_calls if calls is None else calls,
+            calls,
             state=self.state,
             tools=self._tools.specs,
             catalogue=self._tools.catalogue,
@@ -552,6 +548,7 @@ class Run:
             per_run=self.per_run,
             output=self.agent.typed_output,
             recorder=self._durable,
+            held=None if held is None else held.admission,
         )
         self.trail.enter("execute")
         try:
@@ -583,6 +580,42 @@ class Run:
         if self._done is not None:
             self._done.set()
         self._services.run_finished(self.id)
+
+
+async def _decide(run: Run, decision: Decision) -> Decision:
+    """The round boundary of ``run``: round_end policy, ceilings, a stop request; the transition.
+
+    A cancel requested before the boundary wins over whatever the round
+    decided (its reply may have come in the same instant).
+    """
+    if run.cancel_reason is not None:
+        decision = Decision("complete", "cancelled", Termination.CANCELLED, run.cancel_reason)
+    if (decision.termination is None or decision.termination.ok) and run.policies.active:
+        verdict = await run.policies.check(PolicyPoint.ROUND_END, RunView.of(run.state))
+        if verdict.kind == "block":
+            decision = blocked(verdict)
+    if decision.termination is None:
+        ceiling = run.accounts.before_call()
+        if ceiling is not None:
+            decision = Decision.end(ceiling)
+    if decision.termination is None and run._stop_requested:
+        decision = Decision("complete", "stopped", Termination.CANCELLED, "stopped")
+    trail = run.trail
+    trail.note(ev.Transition, kind=decision.kind, reason=decision.reason)
+    return decision
+
+
+def _request(run: Run) -> ModelRequest:
+    """The round's model request: the state, the tools offered, the clamp, the settings."""
+    request = ModelRequest(
+        system=run.state.system,
+        messages=tuple(run.state.messages),
+        tools=run._tools.definitions(),
+        max_tokens=run.accounts.clamp(),
+        settings=run.per_run.settings,
+        output_format=None if (typed := run.agent.typed_output) is None else typed.format,
+    )
+    return request if run._transcript is None else run._transcript.bound(request)
 
 
 def _output(state: RunState, termination: Termination) -> str | None:

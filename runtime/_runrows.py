@@ -14,7 +14,7 @@ from typing import Any
 from ._runstore import JSON, Answer, StoredRun, ToolRecord
 
 #: The columns of a tool result's row, in the order :func:`tool_record_of_row` reads them.
-TOOL_COLUMNS = "call_id, name, arguments, result"
+TOOL_COLUMNS = "round, call_id, name, arguments, result"
 #: The columns of a run's row, in the order :func:`run_of_row` reads them.
 RUN_COLUMNS = (
     "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
@@ -57,8 +57,12 @@ def run_of_row(row: Sequence[Any]) -> StoredRun:
     )
 
 
-def tool_record_of_row(round: int, row: Sequence[Any]) -> ToolRecord:
-    """A recorded tool result's row (:data:`TOOL_COLUMNS`) of round ``round``."""
+def tool_record_of_row(row: Sequence[Any]) -> ToolRecord:
+    """A recorded tool result's row (:data:`TOOL_COLUMNS`)."""
     return ToolRecord(
-        round=round, call_id=row[0], name=row[1], arguments=row[2], result=decode_json(row[3])
+        round=int(row[0]),
+        call_id=row[1],
+        name=row[2],
+        arguments=row[3],
+        result=decode_json(row[4]),
     )

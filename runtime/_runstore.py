@@ -157,9 +157,10 @@ NO_CONTROL = Control(run_id="")
 class ToolRecord:
     """A finished tool call's result, recorded as soon as it finished.
 
-    A run resumed in the round the record belongs to uses it instead of
-    executing the call again: matched by ``call_id``, else by ``name`` and
-    ``arguments`` (canonical JSON), each record used once.
+    A resumed run uses it instead of executing the call again: matched by
+    ``call_id`` in any round of the run (with the same ``name`` and
+    ``arguments``), else by ``name`` and ``arguments`` (canonical JSON) within
+    the round being redone; each record used once.
     """
 
     round: int
@@ -209,8 +210,9 @@ class RunStore(Protocol):
         """
         ...
 
-    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
-        """The tool records of ``round``, in the order they were recorded."""
+    async def tool_records(self, run_id: str, round: int | None = None) -> list[ToolRecord]:
+        """The tool records of ``round`` (of every round if ``None``), in the order
+        they were recorded."""
         ...
 
     async def park(

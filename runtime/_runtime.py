@@ -19,7 +19,7 @@ from tether.providers import Message, ModelSettings, TetherError
 from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
-from ._durable import restore, wait_result
+from ._durable import wait_result
 from ._history import check_history
 from ._input import RunInput, parts_input
 from ._keeper import Keeper
@@ -491,9 +491,8 @@ class Runtime:
             stored.parent_run_id,
             extras=prepare(agent, None, None),
             transcript=Transcript.of(agent),
-            durable=(durable := keeper.resumed(claim)),
+            durable=(durable := keeper.resumed(claim, events)),  # the run restores itself
         )
-        restore(run, claim, events)
         keeper.adopt(run, durable)
         self._runs[run_id] = run
         spawn(tg, run.main, name=f"tether-run:{run_id}")

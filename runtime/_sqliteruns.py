@@ -268,14 +268,15 @@ class SQLiteRunStore(SQLiteFile):
 
         await self._run(job)
 
-    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+    async def tool_records(self, run_id: str, round: int | None = None) -> list[ToolRecord]:
         def job(conn: sqlite3.Connection) -> list[ToolRecord]:
+            where, args = ("", (run_id,)) if round is None else (" AND round = ?", (run_id, round))
             return [
-                tool_record_of_row(round, row)
+                tool_record_of_row(row)
                 for row in conn.execute(
                     f"SELECT {TOOL_COLUMNS} FROM run_tools "
-                    "WHERE run_id = ? AND round = ? ORDER BY recorded",
-                    (run_id, round),
+                    f"WHERE run_id = ?{where} ORDER BY recorded",
+                    args,
                 )
             ]
 

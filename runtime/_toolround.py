@@ -43,6 +43,7 @@ from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, Verdict, blocked
 from ._repeats import RecentCalls
+from ._resume import Admission
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
 
@@ -62,7 +63,11 @@ class ToolRecorder(Protocol):
     ) -> tuple[list[ToolInvocation], list[tuple[ToolUseBlock, ToolDone]]]: ...
 
     async def park(
-        self, asks: Sequence[ToolUseBlock], previous: RecentCalls, reserved: int
+        self,
+        asks: Sequence[ToolUseBlock],
+        previous: RecentCalls,
+        reserved: int,
+        admission: Admission,
     ) -> None:
         """Park the run until the held calls are answered (it does not come back)."""
 
@@ -78,11 +83,14 @@ class Approvals:
         #: Answers given before the calls were held (a parked run, resumed).
         self.given: dict[str, tuple[bool, str | None]] = {}
 
-    def hold(self, call: ToolUseBlock, reason: str) -> None:
+    def hold(self, call: ToolUseBlock, reason: str) -> bool:
+        """Hold ``call``; whether it was answered already (asked for in an earlier Runtime)."""
         self._pending[call.id] = PendingApproval(call=call, reason=reason)
         self._answers[call.id] = (anyio.Event(), [])
         if call.id in self.given:
             self.answer(call.id, *self.given.pop(call.id))
+            return True
+        return False
 
     def waiting(self) -> list[PendingApproval]:
         """The held calls not answered yet."""
@@ -118,6 +126,7 @@ class ToolRound:
         "_approvals",
         "_calls",
         "_catalogue",
+        "_held",
         "_in_flight",
         "_limits",
         "_output",
@@ -149,8 +158,11 @@ class ToolRound:
         per_run: PerRun | None = None,
         output: TypedOutput | None = None,
         recorder: ToolRecorder | None = None,
+        held: Admission | None = None,
     ) -> None:
         self._calls = calls
+        # A parked round, answered: how its calls were decided before the park.
+        self._held = held
         self._recorder = recorder
         self._output = output
         self._state = state
@@ -182,12 +194,15 @@ class ToolRound:
         admitted: list[ToolUseBlock] = []
         asks: list[tuple[ToolUseBlock, str]] = []
         budget_hit = won = False
-        for call in calls:
+        deciding = calls
+        if self._held is not None:  # decided before the park; its events are in the trail
+            budget_hit, deciding = self._readmit(self._held, admitted, asks), ()
+        for call in deciding:
             trail.note(ev.ToolCallStarted, call_id=call.id, name=call.name, arguments=call.input)
         settled = _NONE_SETTLED  # no allocation in a round without typed output
-        if self._output is not None:  # final_result first (see _output.py)
+        if self._output is not None and deciding:  # final_result first (see _output.py)
             settled, won, budget_hit = self._output.check_calls(calls, state, limits.max_tool_calls)
-        for call in calls:
+        for call in deciding:
             if settled and call.id in settled:
                 outcome, content, attempts = settled[call.id]
                 self._settle(call, outcome, content, attempts)
@@ -222,7 +237,7 @@ class ToolRound:
                 else:
                     admitted.append(call)
         if asks:
-            admitted += await self._await_approvals(asks, previous, len(admitted) + len(asks))
+            admitted += await self._await_approvals(asks, previous, admitted, budget_hit)
         runnable: list[ToolInvocation] = []
         for call in admitted:
             spec = self._tools[call.name]
@@ -272,27 +287,38 @@ class ToolRound:
         self,
         asks: list[tuple[ToolUseBlock, str]],
         previous: RecentCalls,
-        reserved: int,
+        admitted: list[ToolUseBlock],
+        budget_hit: bool,
     ) -> list[ToolUseBlock]:
         """Wait (within the run's deadline) for the host to approve or reject each call.
 
-        A durable run parks instead (``previous`` and ``reserved`` undo this
-        round's marks in its checkpoint), unless every call was answered already.
+        A durable run parks instead, unless every call was answered already
+        (``previous`` and the calls reserved undo this round's marks in its
+        checkpoint, which keeps how the round decided its calls). A call answered
+        before it was held was asked for in an earlier Runtime: its request is in
+        the trail already, and is not made twice.
         """
         trail, approvals = self._trail, self._approvals
         for call, reason in asks:
-            approvals.hold(call, reason)
-            trail.add(
-                ev.ApprovalRequested(
-                    **trail.head(),
-                    call_id=call.id,
-                    name=call.name,
-                    arguments=call.input,
-                    reason=reason,
+            if not approvals.hold(call, reason):
+                trail.add(
+                    ev.ApprovalRequested(
+                        **trail.head(),
+                        call_id=call.id,
+                        name=call.name,
+                        arguments=call.input,
+                        reason=reason,
+                    )
                 )
-            )
         if self._recorder is not None and approvals.waiting():
-            await self._recorder.park([call for call, _ in asks], previous, reserved)
+            admission = Admission(
+                settled={i: (r.content, r.is_error) for i, r in self._results.items()},
+                admitted=tuple(call.id for call in admitted),
+                asks=tuple((call.id, reason) for call, reason in asks),
+                budget_hit=budget_hit,
+            )
+            reserved = len(admitted) + len(asks)
+            await self._recorder.park([call for call, _ in asks], previous, reserved, admission)
         approved: list[ToolUseBlock] = []
         try:
             for call, _ in asks:
@@ -309,6 +335,24 @@ class ToolRound:
             for call, _ in asks:
                 approvals.release(call.id)
         return approved
+
+    def _readmit(
+        self,
+        held: Admission,
+        admitted: list[ToolUseBlock],
+        asks: list[tuple[ToolUseBlock, str]],
+    ) -> bool:
+        """A parked round, answered: its calls as decided before the park (no event: the
+        trail has them); whether the tool-call budget had refused one."""
+        by_id = {call.id: call for call in self._calls}
+        for call_id, (content, is_error) in held.settled.items():
+            self._results[call_id] = ToolResultBlock(
+                tool_use_id=call_id, content=content, is_error=is_error
+            )
+        admitted += [by_id[i] for i in held.admitted]
+        asks += [(by_id[i], reason) for i, reason in held.asks]
+        self._accounts.meter.tool_calls += len(admitted) + len(asks)  # the park undid these
+        return held.budget_hit
 
     # --------------------------------------------------------------- execution
 

@@ -44,8 +44,9 @@ import tether.runtime._events as ev
 from tether.actors import RestartPolicy, ToolArgumentsInvalid, ToolSpec, TransientToolError
 from tether.providers import Backoff, ToolDef
 
-from ._discovery import SEARCH_TOOL, ActiveTools
+from ._discovery import SEARCH_TOOL, ActiveTools, choose_tools
 from ._limits import Termination
+from ._output import TypedOutput
 from ._state import Decision, RunState
 from ._trail import Trail
 
@@ -539,30 +540,36 @@ class _HasToolsets(Protocol):
     def discovery(self) -> str: ...
     @property
     def discovery_threshold(self) -> int: ...
-
-
-class _HasHub(Protocol):
     @property
-    def toolsets(self) -> ToolsetHub: ...
+    def typed_output(self) -> TypedOutput | None: ...
 
 
-class _RunWithToolsets(Protocol):
-    """What :func:`connect_toolsets` needs of a Run (this module cannot import it)."""
+async def offer_tools(
+    agent: _HasToolsets, hub: ToolsetHub, state: RunState, trail: Trail
+) -> ActiveTools | Decision:
+    """The ``tools`` stage: the tools a run offers, or the decision that ends it.
 
-    _tools: ActiveTools
+    The agent's own tools and its toolsets' (:func:`connect_toolsets`), and, for
+    a resumed run, those its searches had found (``state.found_tools``).
+    """
+    tools = choose_tools(
+        agent.tools, agent.discovery, agent.discovery_threshold, agent.typed_output
+    )
+    state.discovery = tools.discovery
+    if agent.toolsets:
+        connected = await connect_toolsets(agent, hub, tools, state, trail)
+        if isinstance(connected, Decision):
+            return connected
+        tools = connected
+    if found := state.found_tools:
+        tools.promote(t for t in tools.catalogue if t.name in found)
+    return tools
 
-    @property
-    def agent(self) -> _HasToolsets: ...
-    @property
-    def state(self) -> RunState: ...
-    @property
-    def trail(self) -> Trail: ...
-    @property
-    def _services(self) -> _HasHub: ...
 
-
-async def connect_toolsets(run: _RunWithToolsets) -> Decision | None:
-    """The ``tools`` stage of a run whose agent has toolsets.
+async def connect_toolsets(
+    agent: _HasToolsets, hub: ToolsetHub, chosen: ActiveTools, state: RunState, trail: Trail
+) -> ActiveTools | Decision:
+    """The ``tools`` of a run whose agent has toolsets (``chosen``: its plain ones).
 
     Waits for each server's connection (opening it on first use) and offers
     their tools beside the plain ones; discovery's ``"auto"`` counts them all.
@@ -570,7 +577,6 @@ async def connect_toolsets(run: _RunWithToolsets) -> Decision | None:
     say) stay offered.
     A server that cannot be reached ends the run ``fatal_tool_error``.
     """
-    agent, hub, chosen = run.agent, run._services.toolsets, run._tools
     connections = [hub.connection(toolset) for toolset in agent.toolsets]
     for connection in connections:
         why = await connection.wait_up()
@@ -583,8 +589,7 @@ async def connect_toolsets(run: _RunWithToolsets) -> Decision | None:
     discovery = agent.discovery == "first" or (
         agent.discovery == "auto" and total > agent.discovery_threshold
     )
-    run.state.discovery = discovery
+    state.discovery = discovery
     own = {t.name for t in agent.tools}
     extras = {n: s for n, s in chosen.specs.items() if s is not SEARCH_TOOL and n not in own}
-    run._tools = RemoteTools(agent.tools, connections, discovery, run.trail, extras)
-    return None
+    return RemoteTools(agent.tools, connections, discovery, trail, extras)

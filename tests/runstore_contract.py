@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from tether import LeaseLost, RunStore
@@ -44,6 +45,7 @@ __all__ = [
     "test_renew_extends_own_leases_and_reports_lost_ones",
     "test_requests_reach_the_owner",
     "test_tool_records_are_kept_per_round",
+    "test_tool_records_of_every_round_come_in_recording_order",
     "test_wait_wakes_on_new_events_and_times_out",
     "test_writes_need_the_lease",
 ]
@@ -270,6 +272,27 @@ async def test_tool_records_are_kept_per_round(make_store: MakeStore) -> None:
             "c1": None,
             "c2": {"v": 2},
         }
+
+
+async def test_tool_records_of_every_round_come_in_recording_order(make_store: MakeStore) -> None:
+    """Without a round, every round's records of the run (none of another run's), in the
+    order they were recorded: a replaced record counts as recorded when it was replaced."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=60)
+        await store.create(new_run("r2"), owner="A", lease_s=60)
+        one = ToolRecord(round=1, call_id="c1", name="add", arguments='{"a":1}', result=1)
+        two = ToolRecord(round=2, call_id="c2", name="add", arguments='{"a":2}', result=2)
+        three = ToolRecord(round=3, call_id="c3", name="mul", arguments="{}", result=3)
+        foreign = ToolRecord(round=1, call_id="c1", name="add", arguments="{}", result=0)
+        for record in (one, two, three):
+            await store.record_tool("r1", owner="A", record=record)
+        await store.record_tool("r2", owner="A", record=foreign)
+        assert await store.tool_records("r1") == [one, two, three]
+        again = attrs.evolve(one, result="again")
+        await store.record_tool("r1", owner="A", record=again)
+        assert await store.tool_records("r1") == [two, three, again]
+        assert await store.tool_records("r2") == [foreign]
+        assert await store.tool_records("nope") == []
 
 
 async def test_finish_stores_the_result_and_ends_ownership(make_store: MakeStore) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 import tether
 
+from .approval_crash import approval_crash
 from .crash_durable import crash_and_resume
 from .pg import PgServer, test_dsn
 
@@ -36,3 +37,13 @@ def test_postgres_survives_sigkill(
     )
     print(f"crash test on PostgreSQL ({backend}, seed {seed}): {tally}")
     assert tally.runs == 200
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_approved_call_runs_once_across_crashes_on_postgres(
+    pg_server: PgServer, pg_schema: str, tmp_path: Path, backend: str
+) -> None:
+    """The approval-crash probe (tests/approval_crash.py) on PostgreSQL: each call ran once,
+    one ApprovalRequested, one seam, seq gap-free, usage exact."""
+    approval_crash("tests.test_crash_postgres:postgres_store", pg_schema, tmp_path, backend, 1)

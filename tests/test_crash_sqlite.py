@@ -9,6 +9,7 @@ import pytest
 
 import tether
 
+from .approval_crash import approval_crash
 from .crash_durable import crash_and_resume
 
 
@@ -26,3 +27,13 @@ def test_sqlite_survives_sigkill(tmp_path: Path, backend: str) -> None:
     )
     print(f"crash test ({backend}, seed {seed}): {tally}")
     assert tally.runs == 200
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_approved_call_runs_once_across_crashes_on_sqlite(tmp_path: Path, backend: str) -> None:
+    """Parked, approved in a process SIGKILLed at the round's commit after its tools were
+    recorded, claimed by another killed there too, finished by a third: each call ran once,
+    one ApprovalRequested, one seam, seq gap-free, usage exact."""
+    approval_crash(
+        "tests.test_crash_sqlite:sqlite_store", str(tmp_path / "runs.db"), tmp_path, backend, 1
+    )

@@ -132,7 +132,7 @@ class Crashable:
             if record.round == 2:
                 self.round_two.set()
 
-    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+    async def tool_records(self, run_id: str, round: int | None = None) -> list[ToolRecord]:
         return await self.inner.tool_records(run_id, round)
 
     async def park(self, run_id: str, **kw: Any) -> None:
@@ -357,6 +357,14 @@ async def test_an_approval_survives_a_restart(tmp_path: Path) -> None:
     assert names.index("ApprovalRequested") < names.index("RunResumed")
     assert names.index("RunResumed") < names.index("ApprovalAnswered")
     assert [e.seq for e in result.events] == list(range(len(result.events)))
+    # The held round goes on from its approval: its call is not started, checked or
+    # requested again on the far side of the seam.
+    for kind in ("ToolCallStarted", "ApprovalRequested", "ApprovalAnswered", "ToolCallFinished"):
+        assert names.count(kind) == 1, kind
+    checked = [e for e in result.events if isinstance(e, ev.PolicyChecked)]
+    assert [e.call_id for e in checked if e.point == "tool_call"] == ["b1"]
+    assert result.summary() == "Model → Tools(1) → Model → answered"
+    assert (result.usage.steps, result.usage.tool_calls) == (2, 1)
 
 
 async def test_a_rejection_reaches_the_model_and_the_local_handle_waits(tmp_path: Path) -> None:
@@ -448,3 +456,30 @@ async def test_a_run_whose_lease_was_lost_goes_on_elsewhere(tmp_path: Path) -> N
     assert mine.events == other.events
     assert effects["a-2a"] == 1  # recorded before the lease was lost: reused
     assert_trail(other.events, other)
+
+
+async def test_a_run_parked_before_admissions_were_kept_still_resumes(tmp_path: Path) -> None:
+    """A parked checkpoint without the round's admission (written by an older tether) is
+    answered too: the round decides its calls again, but requests no approval twice."""
+    import json
+    import sqlite3
+
+    path = tmp_path / "runs.db"
+    async with tether.Runtime(store=tether.SQLiteRunStore(path)) as rt:
+        handle = rt.start(asker(), "k")
+        parked = await wait_status(rt._keeper.store, handle.run_id, "parked")  # type: ignore[union-attr]
+    assert parked.checkpoint is not None
+    older = {k: v for k, v in parked.checkpoint.items() if k != "admission"}
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE runs SET checkpoint = ? WHERE run_id = ?", (json.dumps(older), handle.run_id)
+        )
+    conn.close()
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[asker()]) as rt2:
+        await rt2.approve(handle.run_id, "b1")
+        result = await rt2.handle(handle.run_id).result()
+    assert result.output == "done: bumped k"
+    assert effects == {"k": 1}
+    names = [type(e).__name__ for e in result.events]
+    assert names.count("ApprovalRequested") == names.count("ApprovalAnswered") == 1
+    assert [e.seq for e in result.events] == list(range(len(result.events)))

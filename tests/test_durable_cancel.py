@@ -61,6 +61,10 @@ class Gated(tether.SQLiteRunStore):
         await self._gate("renew")
         return await super().renew(*a, **kw)
 
+    async def tool_records(self, *a: Any, **kw: Any) -> Any:
+        await self._gate("tool_records")
+        return await super().tool_records(*a, **kw)
+
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
@@ -99,6 +103,42 @@ async def test_cancelled_during_a_write_the_write_completes_and_the_run_ends_onc
         assert result.termination is tether.Termination.CANCELLED
         assert result.error == "enough"
         assert [type(e) for e in result.events].count(ev.RunFinished) == 1
+        await check_stored(store, result)
+    assert len(anyio.get_running_tasks()) == tasks
+    await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("at", "ran", "shielded"), [("tool_records", {}, False), ("record_tool", {"k": 1}, True)]
+)
+async def test_an_answered_run_cancelled_in_its_held_round_ends_once(
+    tmp_path: Path, at: str, ran: dict[str, int], shielded: bool
+) -> None:
+    """A parked run, approved and resumed, cancelled while its held round looks up its tool
+    records (a read: cut at once) or records its approved call (a write: completed first):
+    it ends cancelled once, stored, nothing left."""
+    path = tmp_path / "runs.db"
+    async with tether.Runtime(store=tether.SQLiteRunStore(path, poll_s=0.01)) as rt:
+        run_id = rt.start(asker(), "k").run_id
+        while (await rt.pending_approvals(run_id)) == []:  # noqa: ASYNC110 (the store is polled)
+            await anyio.sleep(0.01)
+    store = Gated(path, at)
+    tasks = len(anyio.get_running_tasks())
+    with anyio.fail_after(20):
+        async with tether.Runtime(store=store, agents=[asker()]) as rt2:
+            await rt2.approve(run_id, "b1")  # resumed here
+            await store.reached.wait()
+            handle = rt2.handle(run_id)
+            handle.cancel("enough")
+            await anyio.wait_all_tasks_blocked()
+            assert handle.done is not shielded
+            store.release.set()
+            result = await handle.result()
+        assert result.termination is tether.Termination.CANCELLED
+        assert result.error == "enough"
+        assert effects == ran
+        kinds = [type(e) for e in result.events]
+        assert kinds.count(ev.RunFinished) == kinds.count(ev.ApprovalRequested) == 1
         await check_stored(store, result)
     assert len(anyio.get_running_tasks()) == tasks
     await store.aclose()

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import tether
+from tether import events as ev
 from tether.providers import Reply, ScriptedProvider, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +83,85 @@ async def test_a_resumed_run_reconnects_its_agents_mcp_toolset(tmp_path: Path) -
     assert result.termination is tether.Termination.ANSWERED
     finished = [e for e in result.events if type(e).__name__ == "ToolCallFinished"]
     assert [(e.name, e.outcome, e.content) for e in finished] == [("box_echo", "ok", "hi")]
+
+
+#: The calls of ``stamp`` that started, by call id (one entry per execution).
+stamped: list[str] = []
+
+
+class HoldFirst:
+    """``stamp`` of call ``s1`` waits for ``release`` while a test holds it."""
+
+    release: anyio.Event | None = None
+
+
+@tether.tool
+async def stamp(ctx: tether.RunContext, key: str) -> str:
+    """A side effect; the result names the call that made it."""
+    stamped.append(ctx.call_id)
+    if ctx.call_id == "s1" and HoldFirst.release is not None:
+        await HoldFirst.release.wait()
+    return f"{key} by {ctx.call_id}"
+
+
+def _twins() -> ScriptedProvider:
+    """Round 1: two calls of one tool with the same arguments; then the answer."""
+    twins = [ToolCall(name="stamp", arguments={"key": "x"}, id=i) for i in ("s1", "s2")]
+    return ScriptedProvider([Reply(tool_calls=twins), Reply(text="stamped")])
+
+
+def _stamper() -> tether.Agent:
+    return tether.Agent(name="stamper", provider=_twins(), tools=[stamp])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """Where the test's run store is: a SQLite file, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        return "sqlite", str(tmp_path / "runs.db")
+    return "postgres", str(request.getfixturevalue("pg_schema"))
+
+
+def _open(where: tuple[str, str]) -> tether.RunStore:
+    kind, arg = where
+    if kind == "sqlite":
+        return tether.SQLiteRunStore(arg, poll_s=0.01)
+    from tether.postgres import PostgresRunStore
+
+    from .pg import test_dsn
+
+    return PostgresRunStore(test_dsn(), schema=arg)
+
+
+async def test_a_crash_mid_round_reuses_each_record_for_its_own_call(
+    store_path: tuple[str, str],
+) -> None:
+    """Killed while one of two identical calls ran and the other's result was recorded,
+    the run's redone round answers the recorded call from its record, found by its call
+    id (not by name and arguments, which would give it to the other), and runs the other."""
+    from .test_durable import Crashable
+
+    stamped.clear()
+    store = Crashable(_open(store_path))
+    HoldFirst.release = anyio.Event()
+    async with tether.Runtime(store=store, lease_s=0.3, shutdown_grace_s=0) as rt:
+        handle = rt.start(_stamper(), "stamp twice", run_id="twins")
+        with anyio.fail_after(20):
+            while not [r for r in await store.tool_records("twins") if r.call_id == "s2"]:  # noqa: ASYNC110 (the store is polled)
+                await anyio.sleep(0.01)  # s2 finished and is recorded; s1 is still running
+        store.crashed = True
+    HoldFirst.release = None
+    assert sorted(stamped) == ["s1", "s2"]
+    second = _open(store_path)
+    with anyio.fail_after(20):
+        async with tether.Runtime(
+            store=second, agents=[_stamper()], lease_s=0.3, resume=True
+        ) as rt2:
+            result = await rt2.handle(handle.run_id).result()
+    assert result.termination is tether.Termination.ANSWERED
+    assert sorted(stamped) == ["s1", "s1", "s2"]  # s1 never finished: it ran again; s2 did not
+    finished = {e.call_id: e.content for e in result.events if isinstance(e, ev.ToolCallFinished)}
+    assert finished == {"s1": "x by s1", "s2": "x by s2"}
+    assert [type(e) for e in result.events].count(ev.RunResumed) == 1
+    assert [e.seq for e in result.events] == list(range(len(result.events)))
+    await second.aclose()

@@ -278,9 +278,10 @@ async def test_a_bug_in_the_run_loop_ends_it_crashed(
     timeout_s: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An exception out of the run's own loop (its actors alive) ends it crashed, not deadline."""
+    from tether.runtime import _run
     from tether.runtime._run import Run
 
-    async def broken(self: Run, decision: Any) -> Any:
+    async def broken(run: Run, decision: Any) -> Any:
         raise ZeroDivisionError("bug in the loop")
 
     agent = tether.Agent(
@@ -289,7 +290,7 @@ async def test_a_bug_in_the_run_loop_ends_it_crashed(
         limits=tether.Limits(timeout_s=timeout_s),
     )
     async with tether.Runtime() as rt:
-        monkeypatch.setattr(Run, "_decide", broken)
+        monkeypatch.setattr(_run, "_decide", broken)  # the round boundary's decision
         result = await rt.run(agent, "q")
         monkeypatch.undo()
         after = await rt.run(quick_agent(), "q")

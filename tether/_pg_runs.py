@@ -370,16 +370,17 @@ class PostgresRunStore(PostgresDatabase):
 
         await self._run(job)
 
-    async def tool_records(self, run_id: str, round: int) -> list[ToolRecord]:
+    async def tool_records(self, run_id: str, round: int | None = None) -> list[ToolRecord]:
         def job(conn: _Conn) -> list[ToolRecord]:
+            where = "" if round is None else " AND round = %(round)s"
             return [
-                tool_record_of_row(round, row)
+                tool_record_of_row(row)
                 for row in conn.execute(
                     sql.SQL(
                         f"SELECT {TOOL_COLUMNS} FROM {{}} "
-                        "WHERE run_id = %s AND round = %s ORDER BY recorded"
+                        f"WHERE run_id = %(run_id)s{where} ORDER BY recorded"
                     ).format(self._t("run_tools")),
-                    (run_id, round),
+                    {"run_id": run_id, "round": round},
                 )
             ]
 
