@@ -18,7 +18,8 @@ TOOL_COLUMNS = "call_id, name, arguments, result"
 #: The columns of a run's row, in the order :func:`run_of_row` reads them.
 RUN_COLUMNS = (
     "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
-    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
+    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers, "
+    "epoch"
 )
 
 #: JSON text for the stores' writes. Made once: ``json.dumps`` with options builds
@@ -54,6 +55,7 @@ def run_of_row(row: Sequence[Any]) -> StoredRun:
         stop=bool(row[14]),
         pending=tuple(json.loads(row[15])),
         answers=answers,
+        epoch=int(row[17]),
     )
 
 
