@@ -64,3 +64,14 @@ def tool_record_of_row(round: int, row: Sequence[Any]) -> ToolRecord:
     return ToolRecord(
         round=round, call_id=row[0], name=row[1], arguments=row[2], result=decode_json(row[3])
     )
+
+
+def renewal_epochs(ids: Sequence[str], epochs: Sequence[int] | None) -> list[int] | None:
+    """A renewal's epochs, one per run id (``None``: not checked); a ``ValueError`` if the
+    counts differ."""
+    if epochs is None:
+        return None
+    fences = [int(epoch) for epoch in epochs]
+    if len(fences) != len(ids):
+        raise ValueError(f"renew() got {len(fences)} epochs for {len(ids)} run ids")
+    return fences

@@ -39,6 +39,7 @@ from ._runrows import (
     RUN_COLUMNS,
     TOOL_COLUMNS,
     encode_json,
+    renewal_epochs,
     run_of_row,
     tool_record_of_row,
 )
@@ -352,7 +353,8 @@ class SQLiteRunStore(SQLiteFile):
         epochs: Sequence[int] | None = None,
     ) -> list[Control]:
         ids = list(run_ids)
-        fences = _epochs(ids, epochs)
+        checked = renewal_epochs(ids, epochs)
+        fences: list[int | None] = [None] * len(ids) if checked is None else list(checked)
         if not ids:
             await anyio.lowlevel.checkpoint()
             return []
@@ -530,16 +532,6 @@ def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float, epoch:
     else:
         return int(count)
     raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
-
-
-def _epochs(ids: list[str], epochs: Sequence[int] | None) -> list[int | None]:
-    """One epoch (or ``None``: not checked) per run id of a renewal."""
-    if epochs is None:
-        return [None] * len(ids)
-    fences: list[int | None] = list(epochs)
-    if len(fences) != len(ids):
-        raise ValueError(f"renew() got {len(fences)} epochs for {len(ids)} run ids")
-    return fences
 
 
 def _append(conn: sqlite3.Connection, run_id: str, count: int, rows: list[tuple[int, str]]) -> None:

@@ -64,6 +64,7 @@ from tether.runtime._runrows import (
     RUN_COLUMNS,
     TOOL_COLUMNS,
     encode_json,
+    renewal_epochs,
     run_of_row,
     tool_record_of_row,
 )
@@ -148,6 +149,40 @@ def _event_rows(run_id: str, events: Sequence[Mapping[str, JSON]]) -> list[tuple
     return rows
 
 
+def _refuse(
+    conn: _Conn,
+    runs: sql.Composed,
+    run_id: str,
+    owner: str,
+    first: int | None,
+    epoch: int | None,
+) -> NoReturn:
+    """Why an owner's write matched no row: :class:`LeaseLost`, or a ``seq`` ``ValueError``."""
+    row = conn.execute(
+        sql.SQL(
+            f"SELECT events, status, owner, lease_expires_at > {_NOW}, epoch FROM {{}} "
+            "WHERE run_id = %s"
+        ).format(runs),
+        (run_id,),
+    ).fetchone()
+    if row is None:
+        raise LeaseLost(f"the run store has no run {run_id!r}")
+    count, status, held_by, live, stored = row
+    if status != "running":
+        why = f"it is {status}"
+    elif held_by != owner:
+        why = f"it is owned by {held_by!r}"
+    elif epoch is not None and stored != epoch:
+        why = f"its lease epoch is {stored}, not {epoch} (it was claimed again)"
+    elif not live:
+        why = "its lease expired"
+    else:
+        raise ValueError(
+            f"run {run_id!r}: event seq {first} does not follow the {count} stored before it"
+        )
+    raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
+
+
 class PostgresRunStore(PostgresDatabase):
     """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
 
@@ -226,7 +261,7 @@ class PostgresRunStore(PostgresDatabase):
         <assignments>`` if ``owner`` holds a live lease (at ``epoch``, if given) and the
         first event follows the stored ones, the event rows, the NOTIFY, and ``also``
         (more CTEs, run only when the update matched). When it matched nothing,
-        :meth:`_refuse` says why."""
+        :func:`_refuse` says why."""
         first = rows[0][0] if rows else None
         notifying = ", pg_notify(%(channel)s, %(payload)s) IS NULL" if notify else ""
         query = sql.SQL(
@@ -256,37 +291,9 @@ class PostgresRunStore(PostgresDatabase):
         }
         row = conn.execute(query, args).fetchone()
         if row is None:
-            self._refuse(conn, run_id, owner, first, epoch)
+            _refuse(conn, self._runs, run_id, owner, first, epoch)
         assert row is not None
         return row
-
-    def _refuse(
-        self, conn: _Conn, run_id: str, owner: str, first: int | None, epoch: int | None
-    ) -> NoReturn:
-        row = conn.execute(
-            sql.SQL(
-                f"SELECT events, status, owner, lease_expires_at > {_NOW}, epoch FROM {{}} "
-                "WHERE run_id = %s"
-            ).format(self._runs),
-            (run_id,),
-        ).fetchone()
-        if row is None:
-            raise LeaseLost(f"the run store has no run {run_id!r}")
-        count, status, held_by, live, stored = row
-        if status != "running":
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is {status}")
-        if held_by != owner:
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is owned by {held_by!r}")
-        if epoch is not None and stored != epoch:
-            raise LeaseLost(
-                f"{owner!r} no longer owns run {run_id!r}: its lease epoch is {stored}, "
-                f"not {epoch} (it was claimed again)"
-            )
-        if not live:
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: its lease expired")
-        raise ValueError(
-            f"run {run_id!r}: event seq {first} does not follow the {count} stored before it"
-        )
 
     # --- records ---------------------------------------------------------------------
 
@@ -478,9 +485,7 @@ class PostgresRunStore(PostgresDatabase):
         epochs: Sequence[int] | None = None,
     ) -> list[Control]:
         ids = list(run_ids)
-        fences = None if epochs is None else [int(e) for e in epochs]
-        if fences is not None and len(fences) != len(ids):
-            raise ValueError(f"renew() got {len(fences)} epochs for {len(ids)} run ids")
+        fences = renewal_epochs(ids, epochs)
         if not ids:
             await anyio.lowlevel.checkpoint()
             return []
