@@ -48,7 +48,7 @@ BACKENDS = pytest.mark.parametrize(
     ],
 )
 
-LEASE_S = 0.6
+LEASE_S = 1.0
 
 #: Every tool execution: (tool, ctx.idempotency_key), in the order they started.
 started: list[tuple[str, str]] = []
