@@ -28,9 +28,11 @@ Before each side effect (each attempt of a model call or a tool call) the run
 asks :meth:`Durable.may_act`: a clock read and a compare, no store round trip.
 Past the deadline, or once a write was refused, the answer is no, and the run
 stops as :meth:`Durable.lose` stops it: the Runtime that claims the run goes
-on with it, and this one starts nothing more on it. A call already started
-runs on; the tool's ``ctx.idempotency_key`` lets its side effects be
-deduplicated downstream.
+on with it, and this one starts nothing more on it. The Runtime's keeper also
+asks every ``lease_s / 3`` (:meth:`~._keeper.Keeper.keep`), so a call already
+in flight at the deadline (a long tool, a sub-agent's run) is cancelled soon
+after it; what it did meanwhile, the tool's ``ctx.idempotency_key`` lets a
+service deduplicate.
 
 A run held by ``Verdict.ask`` parks (:meth:`Durable.park`): its checkpoint is
 the state from before that tool round, with the model's message kept apart,

@@ -9,6 +9,9 @@ and while the Runtime runs, one task of its own (in the Runtime's task group):
   each run's own lease deadline on (see :mod:`._durable`, fencing), hands
   cancel and stop requests made through the store to those runs, and cancels
   a run whose lease was lost (another Runtime has it now);
+* at the same pace, it stops the runs whose lease may have lapsed by this
+  process's clock (see :mod:`._durable`), even in the middle of a long call,
+  without asking the store;
 * with ``resume=True``, at the same pace, it claims the claimable runs whose
   agent it knows and continues them here (:meth:`Keeper.resume` does one).
 
@@ -25,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ._agent import Agent
 from ._durable import Durable
@@ -118,15 +122,18 @@ class Keeper:
     # --------------------------------------------------------------- the task
 
     async def keep(self, resume: Callable[[str], Any]) -> None:
-        """Renew and deliver requests; with ``resume=True`` adopt too; until stopped.
+        """Renew and deliver requests, stop runs whose lease lapsed; with ``resume=True``
+        adopt too; until stopped.
 
-        Two loops, so that adopting many runs never delays the renewal of the
-        leases held already.
+        Loops of their own, so that adopting many runs never delays the renewal of
+        the leases held already, and a renewal that hangs never delays stopping the
+        runs whose lease it failed to renew.
         """
         with anyio.CancelScope() as scope:
             self._scope = scope
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._every, self._renew)
+                tg.start_soon(self._every, self._fence)
                 if self.resume_all:
                     tg.start_soon(self._every, lambda: self._adopt(resume), True)
 
@@ -169,6 +176,14 @@ class Keeper:
                 run.cancel(control.cancel)
             elif control.stop:
                 run.stop()
+
+    async def _fence(self) -> None:
+        """Stop the runs whose lease may have lapsed by this process's clock, also in
+        the middle of a long call (a tool, a sub-agent's run): clock reads only."""
+        for _, durable in list(self.owned.values()):
+            if durable.created:
+                durable.may_act()  # past its deadline, the run stops (Durable.lose)
+        await anyio.lowlevel.checkpoint()
 
     async def _adopt(self, resume: Callable[[str], Any]) -> None:
         for run_id in await self.store.claimable():

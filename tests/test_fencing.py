@@ -60,6 +60,7 @@ requested: list[int] = []
 def _reset() -> None:
     started.clear()
     requested.clear()
+    finished.clear()
 
 
 @tether.tool(sequential=True)
@@ -75,6 +76,19 @@ async def slow(ctx: tether.RunContext, key: str) -> str:
     started.append(("slow", ctx.idempotency_key))
     await anyio.sleep(2 * LEASE_S)
     return f"slowly did {key}"
+
+
+#: The keys of the ``long`` calls that ran to their end.
+finished: list[str] = []
+
+
+@tether.tool(sequential=True)
+async def long(ctx: tether.RunContext, key: str) -> str:
+    """A side effect that takes five leases, noted when it is through."""
+    started.append(("long", ctx.idempotency_key))
+    await anyio.sleep(5 * LEASE_S)
+    finished.append(ctx.idempotency_key)
+    return f"did {key} at length"
 
 
 def results_in(request: ModelRequest) -> int:
@@ -103,7 +117,7 @@ def agent(*calls: str, fault_first: bool = False) -> tether.Agent:
         name="fenced",
         instructions="act once",
         provider=ScriptedProvider(model, backoff=backoff),
-        tools=[effect, slow],
+        tools=[effect, slow, long],
     )
 
 
@@ -179,6 +193,21 @@ async def test_a_model_retry_after_the_deadline_is_not_sent(anyio_backend: Any) 
     # The fault (first owner), then the new owner's two rounds: no retry by the first.
     assert len(requested) == 3
     assert started == [("effect", "m:call_0_0:2")]
+
+
+@BACKENDS
+async def test_a_call_in_flight_is_stopped_soon_after_the_deadline(anyio_backend: Any) -> None:
+    """No renewal comes back while a call takes five leases: the owner's own check (every
+    third of a lease, no store involved) stops the run within a third of a lease of its
+    deadline, the call with it. The new owner runs the call to its end."""
+    store = MemoryRunStore()
+    store.hang.add("renew")
+    worker = agent("long")
+    async with two_runtimes(store, worker) as (first, _):
+        result = await first.start(worker, "go", run_id="l").result()
+    assert result.termination is tether.Termination.ANSWERED
+    assert started == [("long", "l:call_0_0:1"), ("long", "l:call_0_0:2")]
+    assert finished == ["l:call_0_0:2"]  # the stale owner's call was cut short
 
 
 @BACKENDS
