@@ -65,7 +65,8 @@ class RunContext(Generic[DepsT_co]):
     for policies and judges); ``remaining_tokens`` and ``remaining_cost_usd``
     are what the run's tightest budgets had left when the context was made
     (``None``: unbounded). Sub-agent tools use :attr:`run_child` to run a child
-    run on the parent's budget. ``tether.ToolContext`` is the same class.
+    run on the parent's budget. A tool with side effects to deduplicate uses
+    :attr:`idempotency_key`. ``tether.ToolContext`` is the same class.
     """
 
     run_id: str
@@ -75,6 +76,26 @@ class RunContext(Generic[DepsT_co]):
     run_child: ChildRunner | None = attrs.field(default=None, eq=False)
     remaining_tokens: int | None = None
     remaining_cost_usd: float | None = None
+    #: The lease epoch of the Runtime that runs this call, for a durable run (one
+    #: with a run store); ``None`` otherwise. It grows each time another owner
+    #: claims the run.
+    epoch: int | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for the side effects of this tool call: ``"{run_id}:{call_id}:{epoch}"``
+        for a durable run, ``"{run_id}:{call_id}"`` for a run without a store.
+
+        The same for every attempt of the call (the tool's retries) under one owner,
+        so a service that deduplicates on it never does the call's work twice for
+        one owner. A Runtime that resumes the run after its owner died runs a call
+        that had not finished again, with a higher epoch: a service can key its
+        deduplication on the part before the epoch (the call) and refuse a request
+        whose epoch is lower than one it has seen for that call (a stale owner).
+        """
+        if self.epoch is None:
+            return f"{self.run_id}:{self.call_id}"
+        return f"{self.run_id}:{self.call_id}:{self.epoch}"
 
 
 #: The name tools have used so far; one class, not two mechanisms.

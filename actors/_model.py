@@ -15,6 +15,8 @@ cuts a stream that crossed a ceiling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import attrs
 
@@ -96,6 +98,10 @@ class ModelCall:
     reply: ReplyChannel[ModelReply]
     first_attempt: int = 1
     attempts_before: int = 0
+    #: Asked right before each attempt is sent (a durable run's fence: may it still
+    #: act?). No: the attempt is not sent, and the call ends unanswered; the fence
+    #: has stopped the run. ``None``: always yes.
+    may_act: Callable[[], bool] | None = attrs.field(default=None, eq=False)
 
 
 class ProviderBug(ProviderError):
@@ -183,6 +189,8 @@ class ModelActor:
                 waited = await gate.wait_open()
                 if waited:
                     await call.reply.send(GateWaited(wait_s=waited))
+            if call.may_act is not None and not call.may_act():
+                return  # fenced: not sent (the run is stopping; see ModelCall.may_act)
             stream = self._provider.stream(call.request, ctx)
             reply = call.reply
             try:

@@ -78,6 +78,10 @@ class RunTools:
     #: The run's context for these calls; each call gets it with its ``call_id`` set
     #: (used as it is when that is set already: a batch of one call).
     context: RunContext[Any] | None = None
+    #: Asked right before each attempt of each call starts (a durable run's fence: may
+    #: it still act?). No: the call is not started, and ends ``cancelled``; the fence
+    #: has stopped the run. ``None``: always yes.
+    may_act: Callable[[], bool] | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -127,6 +131,7 @@ class ToolActor:
         "_cut_context",
         "_limiter",
         "_max_retries",
+        "_may_act",
         "_run_timeout_s",
         "_settings",
         "_threads",
@@ -155,6 +160,8 @@ class ToolActor:
         # The attempt in flight in that scope, and its call's context: what cut resumes.
         self._attempt = 0
         self._cut_context: RunContext[Any] | None = None
+        # The fence of the request in hand (RunTools.may_act): one request at a time.
+        self._may_act: Callable[[], bool] | None = None
 
     def scope(self) -> _Scope:
         """The cancel scope the actor's supervisor serves it in (``actors._base.Timed``).
@@ -173,6 +180,7 @@ class ToolActor:
         """Finish ``request``, whose lone call's attempt ``self._attempt`` the actor's
         scope cut at its deadline: its timeout outcome, or its retries (each in a
         timeout scope of its own), exactly as :meth:`_execute` goes on after a timeout."""
+        self._may_act = request.may_act
         with request.reply, contextlib.suppress(anyio.BrokenResourceError):
             (invocation,) = request.invocations
             context = self._cut_context
@@ -186,6 +194,7 @@ class ToolActor:
     async def handle(self, request: RunTools) -> None:
         invocations = request.invocations
         armed = self._armed
+        self._may_act = request.may_act
         if armed is not None and len(invocations) == 1:
             # The common case: one call, timed by the actor's scope. Not ``with
             # request.reply``: a call the deadline cut is answered by cut, and a
@@ -257,6 +266,7 @@ class ToolActor:
                 run_child=context.run_child,
                 remaining_tokens=context.remaining_tokens,
                 remaining_cost_usd=context.remaining_cost_usd,
+                epoch=context.epoch,
             )
         token = _CONTEXT.set(context)
         try:
@@ -303,7 +313,10 @@ class ToolActor:
         else:
             armed = None
         attempt = cut
+        may_act = self._may_act
         while True:
+            if may_act is not None and not may_act():
+                return _done(call, "cancelled", FENCED, attempt)
             attempt += 1
             failure: Outcome
             if armed is not None:
@@ -501,6 +514,10 @@ def _done(
         output=output,
         images=images,
     )
+
+
+#: A call the fence refused (``RunTools.may_act``): its run may no longer act.
+FENCED = "not run: this Runtime may no longer act on the run (its lease may have lapsed)"
 
 
 def _cancelled(invocation: ToolInvocation) -> ToolDone:

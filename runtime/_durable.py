@@ -18,6 +18,22 @@ is stored is what the store holds. A write refused with :class:`LeaseLost`
 means another Runtime owns the run now: the run stops here, writes nothing
 more, and leaves the Runtime; its handles here follow it in the store.
 
+**Fencing** (DESIGN §22). Every write carries the run's lease epoch (``1``
+for a run this Runtime created, the claim's for a resumed one), so no write
+of an earlier ownership lands. And the owner keeps its own view of its lease:
+a deadline on its own monotonic clock (``anyio.current_time()``), ``lease_s``
+(less :data:`LEASE_MARGIN`) after the moment the last successful create,
+claim, commit or renewal was *sent*: the store's lease cannot end before it.
+Before each side effect (each attempt of a model call or a tool call) the run
+asks :meth:`Durable.may_act`: a clock read and a compare, no store round trip.
+Past the deadline, or once a write was refused, the answer is no, and the run
+stops as :meth:`Durable.lose` stops it: the Runtime that claims the run goes
+on with it, and this one starts nothing more on it. The Runtime's keeper also
+asks every ``lease_s / 3`` (:meth:`~._keeper.Keeper.keep`), so a call already
+in flight at the deadline (a long tool, a sub-agent's run) is cancelled soon
+after it; what it did meanwhile, the tool's ``ctx.idempotency_key`` lets a
+service deduplicate.
+
 A run held by ``Verdict.ask`` parks (:meth:`Durable.park`): its checkpoint is
 the state from before that tool round, with the model's message and how the
 round had decided its calls kept apart, and the run leaves its Runtime (no
@@ -33,6 +49,7 @@ round of the run: a recorded call is never executed again.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -86,16 +103,23 @@ class Run(Protocol):
 #: How long a run's last write may take when the run is being torn down.
 FINISH_TIMEOUT_S = 30.0
 
+#: The share of ``lease_s`` an owner keeps in hand: its deadline is that much before
+#: the store's earliest possible expiry, against clocks that run at slightly different
+#: rates (the store's wall clock or server clock, the owner's monotonic clock).
+LEASE_MARGIN = 0.02
+
 
 class Durable:
     """One run's writes to the store (see the module docstring)."""
 
     __slots__ = (
         "_created",
+        "_deadline",
         "_flushed",
         "_lost",
         "_recall_round",
         "_run",
+        "epoch",
         "lease_s",
         "owner",
         "parked",
@@ -112,8 +136,16 @@ class Durable:
         run_id: str,
         claim: Claim | None = None,
         events: Sequence[Any] = (),
+        claimed_at: float | None = None,
     ) -> None:
         self.store, self.owner, self.lease_s, self.run_id = store, owner, lease_s, run_id
+        #: The lease epoch this owner writes with (the fencing token; a new run's is 1).
+        self.epoch = 1 if claim is None else claim.epoch
+        # The lease by this owner's clock: none before the run is in the store (nobody
+        # else can have it), else from when the claim was sent.
+        self._deadline = math.inf
+        if claim is not None:
+            self._deadline = self._until(anyio.current_time() if claimed_at is None else claimed_at)
         self._created = claim is not None
         self._lost = False
         self._flushed = 0 if claim is None else claim.run.events
@@ -129,6 +161,33 @@ class Durable:
     def created(self) -> bool:
         """Whether the store has the run's record (its lease is then renewed)."""
         return self._created and not self._lost
+
+    # ------------------------------------------------------------------- fencing
+
+    def _until(self, sent: float) -> float:
+        """The deadline a lease taken or renewed by a write sent at ``sent`` gives."""
+        return sent + self.lease_s * (1 - LEASE_MARGIN)
+
+    def renewed(self, sent: float) -> None:
+        """A write that renews the lease, sent at ``sent`` (this owner's clock), succeeded."""
+        deadline = self._until(sent)
+        if deadline > self._deadline:
+            self._deadline = deadline
+
+    def may_act(self) -> bool:
+        """Whether the run may start a side effect now (see the module docstring).
+
+        No when a write was refused, or the lease may have lapsed by this owner's
+        clock; the run then stops here as :meth:`lose` stops it.
+        """
+        if self._lost:
+            return False
+        if anyio.current_time() < self._deadline:
+            return True
+        if self._run is not None:
+            why = f"its lease of {self.lease_s:g} s may have lapsed: it was not renewed in time"
+            self.lose(self._run, LeaseLost(why))
+        return False
 
     # --------------------------------------------------------------- the run's path
 
@@ -152,8 +211,10 @@ class Durable:
                 created_at=time.time(),
             )
             with anyio.CancelScope(shield=True):
+                sent = anyio.current_time()
                 await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
             self._created = True
+            self._deadline = self._until(sent)
         await self.boundary(run, None)
 
     async def boundary(self, run: Run, decision: Decision | None) -> None:
@@ -166,16 +227,19 @@ class Durable:
         checkpoint = dump_state(run.state)
         try:
             with anyio.CancelScope(shield=True):
+                sent = anyio.current_time()
                 control = await self.store.commit(
                     run.id,
                     owner=self.owner,
                     events=events,
                     checkpoint=checkpoint,
                     lease_s=self.lease_s,
+                    epoch=self.epoch,
                 )
         except LeaseLost as lost:
             self.lose(run, lost)
             return
+        self.renewed(sent)
         self._flushed = count
         if control.cancel is not None:
             run.cancel(control.cancel)
@@ -216,6 +280,7 @@ class Durable:
                     events=events,
                     checkpoint=checkpoint,
                     pending=[call.id for call in asks],
+                    epoch=self.epoch,
                 )
         except LeaseLost as lost:
             self.lose(run, lost)
@@ -228,9 +293,12 @@ class Durable:
         else:  # cancelled while it was parking: take it back, and end it here
             with anyio.CancelScope(shield=True):
                 await self.store.request(run.id, cancel=reason)
+                sent = anyio.current_time()
                 claim = await self.store.claim(run.id, owner=self.owner, lease_s=self.lease_s)
             if claim is None:
                 self.lose(run, LeaseLost("claimed by another Runtime while it was parked"))
+            else:  # owned again, at the claim's epoch
+                self.epoch, self._deadline = claim.epoch, self._until(sent)
         await anyio.lowlevel.checkpoint()
 
     def lose(self, run: Run, why: Exception) -> None:
@@ -252,7 +320,9 @@ class Durable:
         result = dump_result(run.result)
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_TIMEOUT_S):
             try:
-                await self.store.finish(run.id, owner=self.owner, events=events, result=result)
+                await self.store.finish(
+                    run.id, owner=self.owner, events=events, result=result, epoch=self.epoch
+                )
             except LeaseLost:
                 pass  # another owner goes on with it
             except RunStoreError as exc:
@@ -284,7 +354,9 @@ class Durable:
         )
         try:
             with anyio.CancelScope(shield=True):
-                await self.store.record_tool(self.run_id, owner=self.owner, record=record)
+                await self.store.record_tool(
+                    self.run_id, owner=self.owner, record=record, epoch=self.epoch
+                )
         except LeaseLost as lost:
             if self._run is not None:
                 self.lose(self._run, lost)

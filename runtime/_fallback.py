@@ -72,8 +72,10 @@ def model_client(
     trail: Trail,
     accounts: Accounts,
     limits: Limits,
+    may_act: Callable[[], bool] | None = None,
 ) -> ModelClient:
-    """The run's model client, and its first model actor (spawned now)."""
+    """The run's model client, and its first model actor (spawned now); ``may_act`` is a
+    durable run's fence, asked before each attempt is sent (``ModelCall.may_act``)."""
     chain = provider.providers if isinstance(provider, FallbackProvider) else (provider,)
 
     def actor(target: Provider, first_call: int = 0) -> ActorRef[ModelCall]:
@@ -88,11 +90,22 @@ def model_client(
     if len(chain) == 1:
         client = HeldModelClient if accounts.holds else ModelClient
         return client(
-            ref, trail=trail, accounts=accounts, max_attempts=attempts, backoff=provider.backoff
+            ref,
+            trail=trail,
+            accounts=accounts,
+            max_attempts=attempts,
+            backoff=provider.backoff,
+            may_act=may_act,
         )
     fallback = HeldFallbackModelClient if accounts.holds else FallbackModelClient
     return fallback(
-        ref, trail=trail, accounts=accounts, max_attempts=attempts, chain=chain, spawn=actor
+        ref,
+        trail=trail,
+        accounts=accounts,
+        max_attempts=attempts,
+        chain=chain,
+        spawn=actor,
+        may_act=may_act,
     )
 
 
@@ -115,6 +128,7 @@ class FallbackModelClient(ModelClient):
         max_attempts: int,
         chain: tuple[Provider, ...],
         spawn: Callable[[Provider], ActorRef[ModelCall]],
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(
             actor,
@@ -122,6 +136,7 @@ class FallbackModelClient(ModelClient):
             accounts=accounts,
             max_attempts=max_attempts,
             backoff=chain[0].backoff,
+            may_act=may_act,
         )
         self._chain = chain
         self._cap = max_attempts

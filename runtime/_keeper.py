@@ -5,9 +5,13 @@
 and while the Runtime runs, one task of its own (in the Runtime's task group):
 
 * every ``lease_s / 3`` it renews the leases of the runs this Runtime owns
-  (one :meth:`~.RunStore.renew` for all of them), hands cancel and stop
-  requests made through the store to those runs, and cancels a run whose lease
-  was lost (another Runtime has it now);
+  (one :meth:`~.RunStore.renew` for all of them, each at its epoch), moves
+  each run's own lease deadline on (see :mod:`._durable`, fencing), hands
+  cancel and stop requests made through the store to those runs, and cancels
+  a run whose lease was lost (another Runtime has it now);
+* at the same pace, it stops the runs whose lease may have lapsed by this
+  process's clock (see :mod:`._durable`), even in the middle of a long call,
+  without asking the store;
 * with ``resume=True``, at the same pace, it claims the claimable runs whose
   agent it knows and continues them here (:meth:`Keeper.resume` does one).
 
@@ -24,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ._agent import Agent
 from ._durable import Durable
@@ -55,6 +60,8 @@ class Keeper:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         #: The durable runs this Runtime owns, in flight.
         self.owned: dict[str, tuple[Run, Durable]] = {}
+        # When each claim not yet made a Durable was sent (this process's clock).
+        self._claimed_at: dict[str, float] = {}
         self._scope: anyio.CancelScope | None = None
 
     def durable(self, run_id: str, agent: Agent[Any, Any]) -> Durable:
@@ -89,6 +96,7 @@ class Keeper:
                 f"not know (it knows {known}); pass it in Runtime(agents=[...]). The run was "
                 "left as it was, claimable by a Runtime that knows it"
             )
+        sent = anyio.current_time()
         claim = await self.store.claim(run_id, owner=self.owner, lease_s=self.lease_s)
         if claim is None:
             why = (
@@ -97,25 +105,35 @@ class Keeper:
                 else f"{stored.owner!r} holds its lease"
             )
             raise ValueError(f"run {run_id!r} cannot be resumed now: {why}")
-        events = [] if claim.run.checkpoint is None else await self.store.events(run_id)
+        self._claimed_at[run_id] = sent
+        try:
+            events = [] if claim.run.checkpoint is None else await self.store.events(run_id)
+        except BaseException:
+            self._claimed_at.pop(run_id, None)
+            raise
         return agent, claim, events
 
     def resumed(self, claim: Claim, events: Sequence[Any]) -> Durable:
         """A claimed run's link to the store, with the point the run goes on from."""
-        return Durable(self.store, self.owner, self.lease_s, claim.run.run_id, claim, events)
+        run_id = claim.run.run_id
+        sent = self._claimed_at.pop(run_id, None)
+        return Durable(self.store, self.owner, self.lease_s, run_id, claim, events, sent)
 
     # --------------------------------------------------------------- the task
 
     async def keep(self, resume: Callable[[str], Any]) -> None:
-        """Renew and deliver requests; with ``resume=True`` adopt too; until stopped.
+        """Renew and deliver requests, stop runs whose lease lapsed; with ``resume=True``
+        adopt too; until stopped.
 
-        Two loops, so that adopting many runs never delays the renewal of the
-        leases held already.
+        Loops of their own, so that adopting many runs never delays the renewal of
+        the leases held already, and a renewal that hangs never delays stopping the
+        runs whose lease it failed to renew.
         """
         with anyio.CancelScope() as scope:
             self._scope = scope
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._every, self._renew)
+                tg.start_soon(self._every, self._fence)
                 if self.resume_all:
                     tg.start_soon(self._every, lambda: self._adopt(resume), True)
 
@@ -142,14 +160,30 @@ class Keeper:
         owned = [(i, pair) for i, pair in self.owned.items() if pair[1].created]
         if not owned:
             return
-        controls = await self.store.renew(self.owner, [i for i, _ in owned], lease_s=self.lease_s)
+        sent = anyio.current_time()
+        controls = await self.store.renew(
+            self.owner,
+            [i for i, _ in owned],
+            lease_s=self.lease_s,
+            epochs=[durable.epoch for _, (_, durable) in owned],
+        )
         for (_, (run, durable)), control in zip(owned, controls, strict=True):
             if control.lost:
                 durable.lose(run, LeaseLost("its lease expired before it was renewed"))
-            elif control.cancel is not None:
+                continue
+            durable.renewed(sent)
+            if control.cancel is not None:
                 run.cancel(control.cancel)
             elif control.stop:
                 run.stop()
+
+    async def _fence(self) -> None:
+        """Stop the runs whose lease may have lapsed by this process's clock, also in
+        the middle of a long call (a tool, a sub-agent's run): clock reads only."""
+        for _, durable in list(self.owned.values()):
+            if durable.created:
+                durable.may_act()  # past its deadline, the run stops (Durable.lose)
+        await anyio.lowlevel.checkpoint()
 
     async def _adopt(self, resume: Callable[[str], Any]) -> None:
         for run_id in await self.store.claimable():

@@ -15,7 +15,7 @@ matched exhaustively below.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, assert_never
 
 import anyio
@@ -70,7 +70,15 @@ class _Crashed:
 class ModelClient:
     """Sends a run's model calls to its ModelActor."""
 
-    __slots__ = ("_accounts", "_actor", "_backoff", "_before", "_max_attempts", "_trail")
+    __slots__ = (
+        "_accounts",
+        "_actor",
+        "_backoff",
+        "_before",
+        "_max_attempts",
+        "_may_act",
+        "_trail",
+    )
 
     def __init__(
         self,
@@ -80,8 +88,11 @@ class ModelClient:
         accounts: Accounts,
         max_attempts: int,
         backoff: Backoff,
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         self._actor = actor
+        # A durable run's fence, asked before each attempt is sent (ModelCall.may_act).
+        self._may_act = may_act
         self._trail = trail
         self._accounts = accounts
         self._max_attempts = max_attempts
@@ -165,6 +176,7 @@ class ModelClient:
             reply=reply,
             first_attempt=first,
             attempts_before=self._before,
+            may_act=self._may_act,
         )
         crashed: _Crashed | None = None
         try:

@@ -73,8 +73,11 @@ class PerRun:
         self.deps = extras.deps
         self._accounts = accounts
 
-    def context(self, call_id: str = "", run_child: ChildRunner | None = None) -> RunContext[Any]:
-        """A context for a tool round (``call_id`` is set per call), a policy or a judge."""
+    def context(
+        self, call_id: str = "", run_child: ChildRunner | None = None, epoch: int | None = None
+    ) -> RunContext[Any]:
+        """A context for a tool round (``call_id`` is set per call; ``epoch``: a durable
+        run's lease epoch), a policy or a judge."""
         tokens, cost = self._accounts.remaining()
         return RunContext(
             run_id=self.run_id,
@@ -83,4 +86,5 @@ class PerRun:
             run_child=run_child,
             remaining_tokens=tokens,
             remaining_cost_usd=cost,
+            epoch=epoch,
         )

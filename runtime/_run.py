@@ -389,6 +389,7 @@ class Run:
             trail=self.trail,
             accounts=self.accounts,
             limits=agent.limits,
+            may_act=None if self._durable is None else self._durable.may_act,
         )
 
     def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:

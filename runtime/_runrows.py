@@ -18,7 +18,8 @@ TOOL_COLUMNS = "round, call_id, name, arguments, result"
 #: The columns of a run's row, in the order :func:`run_of_row` reads them.
 RUN_COLUMNS = (
     "run_id, agent, input, messages, parent_run_id, created_at, status, owner, "
-    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers"
+    "lease_expires_at, previous_owner, checkpoint, events, result, cancel, stop, pending, answers, "
+    "epoch"
 )
 
 #: JSON text for the stores' writes. Made once: ``json.dumps`` with options builds
@@ -54,6 +55,7 @@ def run_of_row(row: Sequence[Any]) -> StoredRun:
         stop=bool(row[14]),
         pending=tuple(json.loads(row[15])),
         answers=answers,
+        epoch=int(row[17]),
     )
 
 
@@ -66,3 +68,14 @@ def tool_record_of_row(row: Sequence[Any]) -> ToolRecord:
         arguments=row[3],
         result=decode_json(row[4]),
     )
+
+
+def renewal_epochs(ids: Sequence[str], epochs: Sequence[int] | None) -> list[int] | None:
+    """A renewal's epochs, one per run id (``None``: not checked); a ``ValueError`` if the
+    counts differ."""
+    if epochs is None:
+        return None
+    fences = [int(epoch) for epoch in epochs]
+    if len(fences) != len(ids):
+        raise ValueError(f"renew() got {len(fences)} epochs for {len(ids)} run ids")
+    return fences

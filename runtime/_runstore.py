@@ -27,6 +27,14 @@ The life of a stored run::
   is ``running`` and owned by that owner *and that its lease has not expired*;
   otherwise it changes nothing and raises :class:`LeaseLost`. An owner that lost
   its run stops working on it.
+* **Fencing.** Every run has a lease **epoch**, an integer that grows with
+  each owner: :meth:`~RunStore.create` records epoch 1, and every
+  :meth:`~RunStore.claim` raises it by one (:attr:`Claim.epoch`). An owner's
+  write that carries ``epoch=`` (the runtime's always do) is also refused with
+  :class:`LeaseLost` when the stored epoch differs, in the same transaction as
+  the owner check: a write from an earlier ownership never lands, even one of
+  the same owner id. ``epoch=None`` skips that one check (callers from before
+  epochs). Runs stored before epochs existed have epoch 0 until claimed.
 * **Exactly one claimer.** :meth:`~RunStore.claim` is a compare-and-set in
   one transaction: of any number of concurrent claimers of one run (tasks,
   threads, processes, machines on the same store), at most one gets a
@@ -129,6 +137,8 @@ class StoredRun:
     #: The parked calls' ids (in the model's order), and the answers so far.
     pending: tuple[str, ...] = ()
     answers: tuple[Answer, ...] = ()
+    #: The lease epoch (the fencing token): 1 at create, one more at every claim.
+    epoch: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -137,6 +147,11 @@ class Claim:
 
     run: StoredRun
     previous_owner: str | None
+
+    @property
+    def epoch(self) -> int:
+        """The claimer's lease epoch (its fencing token): its writes carry it."""
+        return self.run.epoch
 
 
 @attrs.frozen(kw_only=True)
@@ -175,7 +190,8 @@ class RunStore(Protocol):
     """Where durable runs are kept (see the module docstring: the contract)."""
 
     async def create(self, run: NewRun, *, owner: str, lease_s: float) -> None:
-        """Record a new ``running`` run owned by ``owner`` (lease ``now + lease_s``).
+        """Record a new ``running`` run owned by ``owner`` (lease ``now + lease_s``),
+        at epoch 1.
 
         A ``ValueError`` if a run with that id exists (nothing changes).
         """
@@ -193,17 +209,21 @@ class RunStore(Protocol):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON] | None,
         lease_s: float,
+        epoch: int | None = None,
     ) -> Control:
         """A round boundary: append ``events``, replace the checkpoint (if given),
         renew the lease to ``now + lease_s``; one transaction.
 
         :class:`LeaseLost` if ``owner`` does not hold an unexpired lease on the
-        run; a ``ValueError`` on a ``seq`` gap or overlap. Returns the pending
-        control requests (``lost`` is always false here).
+        run, or ``epoch`` is given and is not the run's; a ``ValueError`` on a
+        ``seq`` gap or overlap. Returns the pending control requests (``lost``
+        is always false here).
         """
         ...
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+    async def record_tool(
+        self, run_id: str, *, owner: str, record: ToolRecord, epoch: int | None = None
+    ) -> None:
         """Keep a finished tool call's result (replacing one of the same round and call id).
 
         :class:`LeaseLost` as for :meth:`commit`.
@@ -223,6 +243,7 @@ class RunStore(Protocol):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON],
         pending: Sequence[str],
+        epoch: int | None = None,
     ) -> None:
         """Park a run waiting for approval of the calls ``pending`` (non-empty).
 
@@ -252,6 +273,7 @@ class RunStore(Protocol):
         owner: str,
         events: Sequence[Mapping[str, JSON]],
         result: Mapping[str, JSON],
+        epoch: int | None = None,
     ) -> None:
         """End the run: append ``events`` (``RunFinished`` last), store ``result``,
         status ``finished``, release the lease, drop the tool records; one transaction.
@@ -260,12 +282,21 @@ class RunStore(Protocol):
         """
         ...
 
-    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+    async def renew(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        *,
+        lease_s: float,
+        epochs: Sequence[int] | None = None,
+    ) -> list[Control]:
         """Extend ``owner``'s leases on ``run_ids`` to ``now + lease_s``; one transaction.
 
         One :class:`Control` per run id, in order: ``lost`` when the run is
-        not ``running`` under an unexpired lease of ``owner`` (then nothing of
-        it changed), else its pending requests.
+        not ``running`` under an unexpired lease of ``owner``, or (``epochs``
+        given: one per run id, in order) at another epoch (then nothing of it
+        changed), else its pending requests. A ``ValueError`` if ``epochs`` and
+        ``run_ids`` differ in length.
         """
         ...
 
@@ -281,7 +312,8 @@ class RunStore(Protocol):
         ...
 
     async def claim(self, run_id: str, *, owner: str, lease_s: float) -> Claim | None:
-        """Take a claimable run: owner ``owner``, lease ``now + lease_s``, status ``running``.
+        """Take a claimable run: owner ``owner``, lease ``now + lease_s``, status
+        ``running``, its epoch one more than before (:attr:`Claim.epoch`).
 
         ``None`` if the run is unknown or not claimable; of concurrent
         claimers at most one gets the :class:`Claim`. The claim's

@@ -5,8 +5,8 @@ docstring is the contract) on the plumbing the lesson and conversation stores
 share (:mod:`._sqlite`): worker threads, WAL, a versioned schema, a foreign
 file refused untouched, many processes on one machine.
 
-Three tables: ``runs`` (one row per run: record, status, lease, checkpoint,
-result, requests, parked calls), ``run_events`` (one row per event, keyed by
+Three tables: ``runs`` (one row per run: record, status, lease and its epoch,
+checkpoint, result, requests, parked calls), ``run_events`` (one row per event, keyed by
 ``(run_id, seq)``) and ``run_tools`` (the finished tool calls of rounds not
 yet checkpointed past). Every method is one job in a worker thread, and every
 method that writes is one ``BEGIN IMMEDIATE`` transaction: SQLite lets one
@@ -39,6 +39,7 @@ from ._runrows import (
     RUN_COLUMNS,
     TOOL_COLUMNS,
     encode_json,
+    renewal_epochs,
     run_of_row,
     tool_record_of_row,
 )
@@ -55,8 +56,10 @@ from ._runstore import (
 )
 from ._sqlite import SQLiteFile
 
-#: The schema version this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+#: The schema version this code writes (``PRAGMA user_version``): 2 added the lease
+#: epoch. A version-1 file is migrated in place on first use (its runs get epoch 0);
+#: an older tether then refuses the file (a newer schema) instead of writing unfenced.
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = (
     """
@@ -120,7 +123,9 @@ _COLUMNS = (
     "result",
 )
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
+_TO_V2 = ("ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _TO_V2}
 
 
 #: How often :meth:`SQLiteRunStore.wait` looks at the file, by default (seconds).
@@ -184,8 +189,8 @@ class SQLiteRunStore(SQLiteFile):
                     raise ValueError(f"the run store already has a run {run.run_id!r}")
                 conn.execute(
                     "INSERT INTO runs (run_id, agent, input, messages, parent_run_id, created_at, "
-                    "status, owner, lease_expires_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                    "status, owner, lease_expires_at, updated_at, epoch) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, 1)",
                     (
                         run.run_id,
                         run.agent,
@@ -220,6 +225,7 @@ class SQLiteRunStore(SQLiteFile):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON] | None,
         lease_s: float,
+        epoch: int | None = None,
     ) -> Control:
         def job(conn: sqlite3.Connection) -> Control:
             # Encoded here, in the worker thread: the event loop only hands the values over.
@@ -227,7 +233,7 @@ class SQLiteRunStore(SQLiteFile):
             state = None if checkpoint is None else encode_json(checkpoint)
             now = time.time()
             with _Transaction(conn):
-                count = _owned(conn, run_id, owner, now)
+                count = _owned(conn, run_id, owner, now, epoch)
                 _append(conn, run_id, count, rows)
                 conn.execute(
                     "UPDATE runs SET events = ?, checkpoint = COALESCE(?, checkpoint), "
@@ -241,12 +247,14 @@ class SQLiteRunStore(SQLiteFile):
 
         return await self._run(job)
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+    async def record_tool(
+        self, run_id: str, *, owner: str, record: ToolRecord, epoch: int | None = None
+    ) -> None:
         result = encode_json(record.result)
 
         def job(conn: sqlite3.Connection) -> None:
             with _Transaction(conn):
-                _owned(conn, run_id, owner, time.time())
+                _owned(conn, run_id, owner, time.time(), epoch)
                 (order,) = conn.execute(
                     "SELECT COALESCE(MAX(recorded), 0) + 1 FROM run_tools WHERE run_id = ?",
                     (run_id,),
@@ -290,6 +298,7 @@ class SQLiteRunStore(SQLiteFile):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON],
         pending: Sequence[str],
+        epoch: int | None = None,
     ) -> None:
         if not pending:
             raise ValueError("park() needs the pending calls' ids (none given)")
@@ -299,7 +308,7 @@ class SQLiteRunStore(SQLiteFile):
             rows, state = _rows(events), encode_json(checkpoint)
             now = time.time()
             with _Transaction(conn):
-                count = _owned(conn, run_id, owner, now)
+                count = _owned(conn, run_id, owner, now, epoch)
                 _append(conn, run_id, count, rows)
                 conn.execute(
                     "UPDATE runs SET events = ?, checkpoint = ?, pending = ?, answers = '[]', "
@@ -317,12 +326,13 @@ class SQLiteRunStore(SQLiteFile):
         owner: str,
         events: Sequence[Mapping[str, JSON]],
         result: Mapping[str, JSON],
+        epoch: int | None = None,
     ) -> None:
         def job(conn: sqlite3.Connection) -> None:
             rows, value = _rows(events), encode_json(result)
             now = time.time()
             with _Transaction(conn):
-                count = _owned(conn, run_id, owner, now)
+                count = _owned(conn, run_id, owner, now, epoch)
                 _append(conn, run_id, count, rows)
                 conn.execute(
                     "UPDATE runs SET events = ?, result = ?, status = 'finished', owner = NULL, "
@@ -335,8 +345,17 @@ class SQLiteRunStore(SQLiteFile):
 
     # ------------------------------------------------------------------ leases
 
-    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+    async def renew(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        *,
+        lease_s: float,
+        epochs: Sequence[int] | None = None,
+    ) -> list[Control]:
         ids = list(run_ids)
+        checked = renewal_epochs(ids, epochs)
+        fences: list[int | None] = [None] * len(ids) if checked is None else list(checked)
         if not ids:
             await anyio.lowlevel.checkpoint()
             return []
@@ -345,11 +364,12 @@ class SQLiteRunStore(SQLiteFile):
             now = time.time()
             controls = []
             with _Transaction(conn):
-                for run_id in ids:
+                for run_id, epoch in zip(ids, fences, strict=True):
                     row = conn.execute(
                         "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? "
-                        "AND status = 'running' AND lease_expires_at > ? RETURNING cancel, stop",
-                        (now + lease_s, run_id, owner, now),
+                        "AND status = 'running' AND lease_expires_at > ? "
+                        "AND (? IS NULL OR epoch = ?) RETURNING cancel, stop",
+                        (now + lease_s, run_id, owner, now, epoch, epoch),
                     ).fetchone()
                     if row is None:
                         controls.append(Control(run_id=run_id, lost=True))
@@ -404,7 +424,7 @@ class SQLiteRunStore(SQLiteFile):
                     return None
                 conn.execute(
                     "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?, "
-                    "previous_owner = ?, updated_at = ? WHERE run_id = ?",
+                    "previous_owner = ?, updated_at = ?, epoch = epoch + 1 WHERE run_id = ?",
                     (owner, now + lease_s, previous, now, run_id),
                 )
                 claimed = conn.execute(
@@ -492,24 +512,27 @@ def _rows(events: Sequence[Mapping[str, JSON]]) -> list[tuple[int, str]]:
     return [(int(e["seq"]), encode_json(e)) for e in events]
 
 
-def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float) -> int:
-    """The run's event count, if ``owner`` holds a live lease on it; else :class:`LeaseLost`."""
+def _owned(conn: sqlite3.Connection, run_id: str, owner: str, now: float, epoch: int | None) -> int:
+    """The run's event count, if ``owner`` holds a live lease on it (at ``epoch``, if
+    given); else :class:`LeaseLost`."""
     row = conn.execute(
-        "SELECT events, status, owner, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
+        "SELECT events, status, owner, lease_expires_at, epoch FROM runs WHERE run_id = ?",
+        (run_id,),
     ).fetchone()
     if row is None:
         raise LeaseLost(f"the run store has no run {run_id!r}")
-    count, status, held_by, expires = row
-    if status != "running" or held_by != owner or expires is None or expires <= now:
-        why = (
-            f"it is {status}"
-            if status != "running"
-            else f"it is owned by {held_by!r}"
-            if held_by != owner
-            else "its lease expired"
-        )
-        raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
-    return int(count)
+    count, status, held_by, expires, stored = row
+    if status != "running":
+        why = f"it is {status}"
+    elif held_by != owner:
+        why = f"it is owned by {held_by!r}"
+    elif epoch is not None and stored != epoch:
+        why = f"its lease epoch is {stored}, not {epoch} (it was claimed again)"
+    elif expires is None or expires <= now:
+        why = "its lease expired"
+    else:
+        return int(count)
+    raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
 
 
 def _append(conn: sqlite3.Connection, run_id: str, count: int, rows: list[tuple[int, str]]) -> None:

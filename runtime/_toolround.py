@@ -54,7 +54,13 @@ REPEAT_NUDGE = (
 
 
 class ToolRecorder(Protocol):
-    """Where a durable run keeps its tool results (:class:`~._durable.Durable`)."""
+    """Where a durable run keeps its tool results (:class:`~._durable.Durable`), and its
+    fence: the lease epoch its tools see (``ctx.idempotency_key``), and whether it may
+    still start a call."""
+
+    epoch: int
+
+    def may_act(self) -> bool: ...
 
     async def record_tool(self, round: int, arguments: Any, item: ToolDone) -> None: ...
 
@@ -377,8 +383,10 @@ class ToolRound:
         done: list[ToolDone] = []
         # One call (the common round): its own context, which the actor uses as it is.
         call_id = invocations[0].call.id if len(invocations) == 1 else ""
+        recorder = self._recorder  # a durable run's: its epoch, and its fence
+        epoch = None if recorder is None else recorder.epoch
         if self._per_run is not None:
-            context = self._per_run.context(call_id, run_child=self._run_child)
+            context = self._per_run.context(call_id, run_child=self._run_child, epoch=epoch)
         else:
             tokens, cost = accounts.remaining()
             context = RunContext(
@@ -387,11 +395,17 @@ class ToolRound:
                 run_child=self._run_child,
                 remaining_tokens=tokens,
                 remaining_cost_usd=cost,
+                epoch=epoch,
             )
         gone: ActorCrashed | None = None
         try:
             await self._actor().send(
-                RunTools(invocations=tuple(invocations), reply=reply, context=context)
+                RunTools(
+                    invocations=tuple(invocations),
+                    reply=reply,
+                    context=context,
+                    may_act=None if recorder is None else recorder.may_act,
+                )
             )
             while pending:  # one answer per call; the end of the stream is not awaited
                 # reply.receive(), inlined: no coroutine per item, one frame less parked.

@@ -99,8 +99,8 @@ class Logged:
         self.inner = inner
         self.created = 0
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
-        await self.inner.record_tool(run_id, owner=owner, record=record)
+    async def record_tool(self, run_id: str, *, record: ToolRecord, **kw: Any) -> None:
+        await self.inner.record_tool(run_id, record=record, **kw)
         _append("log", f"recorded {json.loads(record.arguments)['key']}")
 
     async def create(self, *a: Any, **kw: Any) -> Any:

@@ -39,15 +39,18 @@ __all__ = [
     "test_concurrent_claimers_in_threads_one_wins",
     "test_concurrent_claimers_one_wins",
     "test_create_and_get",
+    "test_epoch_grows_with_every_claim",
     "test_finish_stores_the_result_and_ends_ownership",
     "test_park_releases_the_run",
     "test_release_makes_the_run_claimable_at_once",
+    "test_renew_checks_the_epoch",
     "test_renew_extends_own_leases_and_reports_lost_ones",
     "test_requests_reach_the_owner",
     "test_tool_records_are_kept_per_round",
     "test_tool_records_of_every_round_come_in_recording_order",
     "test_wait_wakes_on_new_events_and_times_out",
     "test_writes_need_the_lease",
+    "test_writes_of_an_earlier_epoch_are_refused",
 ]
 
 
@@ -429,3 +432,80 @@ async def test_wait_wakes_on_new_events_and_times_out(make_store: MakeStore) -> 
         await writer.finish("r1", owner="A", events=[], result={})
         with anyio.fail_after(5):
             await store.wait("r1", seen=1, timeout_s=30)  # finished: at once
+
+
+async def test_epoch_grows_with_every_claim(make_store: MakeStore) -> None:
+    """Create sets epoch 1; each claim (of an expired lease, of a ready run) adds one."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=0)
+        created = await store.get("r1")
+        assert created is not None
+        assert created.epoch == 1
+        first = await store.claim("r1", owner="B", lease_s=0)
+        assert first is not None
+        assert (first.epoch, first.run.epoch) == (2, 2)
+        second = await store.claim("r1", owner="B", lease_s=60)  # the same owner, again
+        assert second is not None
+        assert second.epoch == 3
+        assert await store.claim("r1", owner="C", lease_s=60) is None  # refused: no change
+        await store.park("r1", owner="B", events=[], checkpoint={}, pending=["c1"], epoch=3)
+        await store.answer("r1", Answer(call_id="c1", approved=True))
+        ready = await store.claim("r1", owner="C", lease_s=60)
+        assert ready is not None
+        assert ready.epoch == 4
+        stored = await store.get("r1")
+        assert stored is not None
+        assert stored.epoch == 4
+
+
+async def test_writes_of_an_earlier_epoch_are_refused(make_store: MakeStore) -> None:
+    """An owner's write at another epoch than the run's writes nothing: LeaseLost, also for
+    the same owner id (a stale task of a Runtime that claimed its own run again)."""
+    async with opened(make_store) as store:
+        await store.create(new_run(), owner="A", lease_s=0)
+        claim = await store.claim("r1", owner="A", lease_s=60)
+        assert claim is not None
+        assert claim.epoch == 2
+        record = ToolRecord(round=1, call_id="c1", name="add", arguments="{}", result={"x": 1})
+        with pytest.raises(LeaseLost, match="epoch"):
+            await store.commit(
+                "r1", owner="A", events=[event(0)], checkpoint={"round": 1}, lease_s=60, epoch=1
+            )
+        with pytest.raises(LeaseLost, match="epoch"):
+            await store.record_tool("r1", owner="A", record=record, epoch=1)
+        with pytest.raises(LeaseLost, match="epoch"):
+            await store.park(
+                "r1", owner="A", events=[event(0)], checkpoint={}, pending=["c1"], epoch=1
+            )
+        with pytest.raises(LeaseLost, match="epoch"):
+            await store.finish("r1", owner="A", events=[event(0)], result={}, epoch=3)
+        run = await store.get("r1")
+        assert run is not None
+        assert (run.status, run.events, run.checkpoint, run.epoch) == ("running", 0, None, 2)
+        assert await store.tool_records("r1", 1) == []
+        # At its own epoch, each write lands.
+        await store.commit(
+            "r1", owner="A", events=[event(0)], checkpoint={"round": 1}, lease_s=60, epoch=2
+        )
+        await store.record_tool("r1", owner="A", record=record, epoch=2)
+        assert await store.tool_records("r1", 1) == [record]
+        await store.finish("r1", owner="A", events=[event(1)], result={"output": "x"}, epoch=2)
+        done = await store.get("r1")
+        assert done is not None
+        assert (done.status, done.events) == ("finished", 2)
+
+
+async def test_renew_checks_the_epoch(make_store: MakeStore) -> None:
+    """Renew with epochs: a run at another epoch is lost (and keeps its lease); a length
+    mismatch is a ValueError."""
+    async with opened(make_store) as store:
+        await store.create(new_run("a"), owner="A", lease_s=60)
+        await store.create(new_run("b"), owner="A", lease_s=0)
+        claim = await store.claim("b", owner="A", lease_s=60)
+        assert claim is not None
+        controls = await store.renew("A", ["a", "b"], lease_s=60, epochs=[1, 1])
+        assert [(c.run_id, c.lost) for c in controls] == [("a", False), ("b", True)]
+        controls = await store.renew("A", ["b", "a"], lease_s=60, epochs=[2, 1])
+        assert [(c.run_id, c.lost) for c in controls] == [("b", False), ("a", False)]
+        with pytest.raises(ValueError, match="epoch"):
+            await store.renew("A", ["a", "b"], lease_s=60, epochs=[1])

@@ -119,16 +119,19 @@ class Crashable:
         events: Sequence[Mapping[str, Any]],
         checkpoint: Mapping[str, Any] | None,
         lease_s: float,
+        epoch: int | None = None,
     ) -> Control:
         if self.crashed:
             return Control(run_id=run_id)
         return await self.inner.commit(
-            run_id, owner=owner, events=events, checkpoint=checkpoint, lease_s=lease_s
+            run_id, owner=owner, events=events, checkpoint=checkpoint, lease_s=lease_s, epoch=epoch
         )
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+    async def record_tool(
+        self, run_id: str, *, owner: str, record: ToolRecord, epoch: int | None = None
+    ) -> None:
         if not self.crashed:
-            await self.inner.record_tool(run_id, owner=owner, record=record)
+            await self.inner.record_tool(run_id, owner=owner, record=record, epoch=epoch)
             if record.round == 2:
                 self.round_two.set()
 
@@ -146,10 +149,17 @@ class Crashable:
         if not self.crashed:
             await self.inner.finish(run_id, **kw)
 
-    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+    async def renew(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        *,
+        lease_s: float,
+        epochs: Sequence[int] | None = None,
+    ) -> list[Control]:
         if self.crashed or self.stalled:
             return [Control(run_id=i) for i in run_ids]
-        return await self.inner.renew(owner, run_ids, lease_s=lease_s)
+        return await self.inner.renew(owner, run_ids, lease_s=lease_s, epochs=epochs)
 
     async def release(self, run_id: str, *, owner: str) -> None:
         if not self.crashed:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.anyio
 
 need_psycopg()
 
+from tether._pg_runs import _RUNS_V1  # noqa: E402
 from tether.postgres import PostgresRunStore  # noqa: E402
 
 
@@ -241,7 +242,7 @@ async def test_events_keep_any_json_exactly(
 async def test_runs_tables_are_versioned_and_a_newer_version_refused(
     pg_server: PgServer, pg_schema: str, anyio_backend: str
 ) -> None:
-    """The runs component records version 1; a higher one is refused with a clear error."""
+    """The runs component records version 2; a higher one is refused with a clear error."""
     store = PostgresRunStore(pg_server.dsn, schema=pg_schema)
     await store.create(new_run(), owner="A", lease_s=60)
     await store.aclose()
@@ -249,12 +250,51 @@ async def test_runs_tables_are_versioned_and_a_newer_version_refused(
         rows = conn.execute(
             f'SELECT component, version FROM "{pg_schema}".tether_versions'
         ).fetchall()
-        assert rows == [("runs", 1)]
-        conn.execute(f'UPDATE "{pg_schema}".tether_versions SET version = 2')
+        assert rows == [("runs", 2)]
+        conn.execute(f'UPDATE "{pg_schema}".tether_versions SET version = 3')
     again = PostgresRunStore(pg_server.dsn, schema=pg_schema)
-    with pytest.raises(tether.RunStoreError, match="schema version 2"):
+    with pytest.raises(tether.RunStoreError, match="schema version 3"):
         await again.get("r1")
     await again.aclose()
+
+
+async def test_version_1_tables_are_migrated_to_epochs(
+    pg_server: PgServer, pg_schema: str, anyio_backend: str
+) -> None:
+    """Tables from before lease epochs are migrated on first use: their runs are at epoch
+    0, the next claim gives epoch 1, and the claimer's fenced writes land."""
+    with pg_server.connect() as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        conn.execute(
+            f'CREATE TABLE "{pg_schema}".tether_versions '
+            "(component text PRIMARY KEY, version integer NOT NULL)"
+        )
+        for statement in _RUNS_V1:
+            conn.execute(statement.format(schema=f'"{pg_schema}"').encode())
+        conn.execute(f"INSERT INTO \"{pg_schema}\".tether_versions VALUES ('runs', 1)")
+        conn.execute(
+            f'INSERT INTO "{pg_schema}".runs (run_id, agent, input, messages, created_at, '
+            "status, owner, lease_expires_at, updated_at) VALUES ('old', 'planner', 'hi', "
+            "'[]', 1, 'running', 'gone', 0, 1)"
+        )
+    store = PostgresRunStore(pg_server.dsn, schema=pg_schema)
+    try:
+        old = await store.get("old")
+        assert old is not None
+        assert (old.owner, old.epoch, old.input) == ("gone", 0, "hi")
+        claim = await store.claim("old", owner="A", lease_s=60)
+        assert claim is not None
+        assert claim.epoch == 1
+        await store.commit(
+            "old", owner="A", events=[], checkpoint={"round": 1}, lease_s=60, epoch=1
+        )
+    finally:
+        await store.aclose()
+    with pg_server.connect() as conn:
+        rows = conn.execute(
+            f'SELECT component, version FROM "{pg_schema}".tether_versions'
+        ).fetchall()
+        assert rows == [("runs", 2)]
 
 
 def test_bad_arguments_are_clear() -> None:

@@ -13,6 +13,7 @@ import pytest
 import tether
 from tests.runstore_contract import *  # noqa: F403
 from tests.runstore_contract import MakeStore, new_run
+from tether.runtime._sqliteruns import _SCHEMA_V1, APPLICATION_ID, SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
 
@@ -61,9 +62,43 @@ async def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     await store.create(new_run(), owner="A", lease_s=60)
     await store.aclose()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA application_id").fetchone()[0] == 0x54746852
+    conn.close()
+
+
+async def test_a_version_1_file_is_migrated_to_epochs(tmp_path: Path) -> None:
+    """A file from before lease epochs opens: its runs keep their data at epoch 0, the
+    next claim gives epoch 1, and the claimer's fenced writes land."""
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    for statement in _SCHEMA_V1:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO runs (run_id, agent, input, messages, created_at, status, owner, "
+        "lease_expires_at, updated_at) VALUES ('old', 'planner', 'hi', '[]', 1, 'running', "
+        "'gone', 0, 1)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = tether.SQLiteRunStore(path)
+    try:
+        old = await store.get("old")
+        assert old is not None
+        assert (old.owner, old.epoch, old.input) == ("gone", 0, "hi")
+        claim = await store.claim("old", owner="A", lease_s=60)
+        assert claim is not None
+        assert claim.epoch == 1
+        await store.commit(
+            "old", owner="A", events=[], checkpoint={"round": 1}, lease_s=60, epoch=1
+        )
+    finally:
+        await store.aclose()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     conn.close()
 
 

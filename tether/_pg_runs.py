@@ -11,11 +11,13 @@ used from worker threads (asyncio and trio alike), a versioned schema.
   JSON is kept as text, exactly as written (``jsonb`` would refuse ``\\u0000``).
 * **The owner check is the write.** An owner's write (commit, park, finish) is
   one ``UPDATE runs ... WHERE owner = %s AND status = 'running' AND
-  lease_expires_at > now AND events = <first seq>`` that locks the row, then
-  the event rows, in one transaction; when it matches nothing, a ``SELECT``
-  says why (:class:`~tether.runtime.LeaseLost` or a ``seq`` ``ValueError``)
-  and nothing is written. A claim is one ``UPDATE ... WHERE`` *claimable*
-  ``RETURNING``: under READ COMMITTED a second claimer waits for the first
+  lease_expires_at > now AND epoch = <its epoch> AND events = <first seq>``
+  (the epoch is the fencing token: no write of an earlier ownership lands)
+  that locks the row, then the event rows, in one transaction; when it
+  matches nothing, a ``SELECT`` says why (:class:`~tether.runtime.LeaseLost`
+  or a ``seq`` ``ValueError``) and nothing is written. A claim is one
+  ``UPDATE ... WHERE`` *claimable* ``RETURNING`` (which raises the epoch):
+  under READ COMMITTED a second claimer waits for the first
   one's row lock, re-reads the row, finds a live lease and matches nothing, so
   of any number of claimers, on any number of machines, exactly one wins.
 * **One clock.** Leases are on the server's clock
@@ -62,6 +64,7 @@ from tether.runtime._runrows import (
     RUN_COLUMNS,
     TOOL_COLUMNS,
     encode_json,
+    renewal_epochs,
     run_of_row,
     tool_record_of_row,
 )
@@ -72,8 +75,9 @@ from ._pg_listen import Listener, ListenerSlot
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
 
-#: The run tables' schema version (``tether_versions``, component ``runs``).
-RUNS_SCHEMA_VERSION = 1
+#: The run tables' schema version (``tether_versions``, component ``runs``): 2 added
+#: the lease epoch (version-1 tables are migrated on first use; their runs get epoch 0).
+RUNS_SCHEMA_VERSION = 2
 
 _RUNS_V1 = (
     """
@@ -122,6 +126,8 @@ _RUNS_V1 = (
     """,
 )
 
+_RUNS_V2 = ("ALTER TABLE {schema}.runs ADD COLUMN epoch integer NOT NULL DEFAULT 0",)
+
 #: The server's clock, in seconds since the epoch: every lease is on it.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
@@ -143,6 +149,40 @@ def _event_rows(run_id: str, events: Sequence[Mapping[str, JSON]]) -> list[tuple
     return rows
 
 
+def _refuse(
+    conn: _Conn,
+    runs: sql.Composed,
+    run_id: str,
+    owner: str,
+    first: int | None,
+    epoch: int | None,
+) -> NoReturn:
+    """Why an owner's write matched no row: :class:`LeaseLost`, or a ``seq`` ``ValueError``."""
+    row = conn.execute(
+        sql.SQL(
+            f"SELECT events, status, owner, lease_expires_at > {_NOW}, epoch FROM {{}} "
+            "WHERE run_id = %s"
+        ).format(runs),
+        (run_id,),
+    ).fetchone()
+    if row is None:
+        raise LeaseLost(f"the run store has no run {run_id!r}")
+    count, status, held_by, live, stored = row
+    if status != "running":
+        why = f"it is {status}"
+    elif held_by != owner:
+        why = f"it is owned by {held_by!r}"
+    elif epoch is not None and stored != epoch:
+        why = f"its lease epoch is {stored}, not {epoch} (it was claimed again)"
+    elif not live:
+        why = "its lease expired"
+    else:
+        raise ValueError(
+            f"run {run_id!r}: event seq {first} does not follow the {count} stored before it"
+        )
+    raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
+
+
 class PostgresRunStore(PostgresDatabase):
     """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
 
@@ -157,7 +197,7 @@ class PostgresRunStore(PostgresDatabase):
     error = RunStoreError
     component = "runs"
     schema_version = RUNS_SCHEMA_VERSION
-    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1}
+    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1, 1: _RUNS_V2}
     tables = frozenset({"runs", "run_events", "run_tools"})
 
     def __init__(
@@ -215,11 +255,13 @@ class PostgresRunStore(PostgresDatabase):
         returning: str = "1",
         notify: bool = False,
         also: str = "",
+        epoch: int | None = None,
     ) -> tuple[Any, ...]:
         """One statement, so one round trip and its own transaction: ``UPDATE runs SET
-        <assignments>`` if ``owner`` holds a live lease and the first event follows the
-        stored ones, the event rows, the NOTIFY, and ``also`` (more CTEs, run only
-        when the update matched). When it matched nothing, :meth:`_refuse` says why."""
+        <assignments>`` if ``owner`` holds a live lease (at ``epoch``, if given) and the
+        first event follows the stored ones, the event rows, the NOTIFY, and ``also``
+        (more CTEs, run only when the update matched). When it matched nothing,
+        :func:`_refuse` says why."""
         first = rows[0][0] if rows else None
         notifying = ", pg_notify(%(channel)s, %(payload)s) IS NULL" if notify else ""
         query = sql.SQL(
@@ -227,6 +269,7 @@ class PostgresRunStore(PostgresDatabase):
             f"updated_at = {_NOW} WHERE run_id = %(run_id)s AND owner = %(owner)s "
             f"AND status = 'running' AND lease_expires_at > {_NOW}"
             + (" AND events = %(first)s" if first is not None else "")
+            + (" AND epoch = %(epoch)s" if epoch is not None else "")
             + f" RETURNING {returning}{notifying}), "
             # The events go as one JSON array of their texts: json (not jsonb) keeps
             # each element's text as written, and one text parameter is cheap to send.
@@ -241,36 +284,16 @@ class PostgresRunStore(PostgresDatabase):
             "run_id": run_id,
             "owner": owner,
             "first": first,
+            "epoch": epoch,
             "texts": "[" + ",".join(text for _, text in rows) + "]",
             "channel": self.channel,
             "payload": run_id if len(run_id.encode()) <= _MAX_PAYLOAD else "",
         }
         row = conn.execute(query, args).fetchone()
         if row is None:
-            self._refuse(conn, run_id, owner, first)
+            _refuse(conn, self._runs, run_id, owner, first, epoch)
         assert row is not None
         return row
-
-    def _refuse(self, conn: _Conn, run_id: str, owner: str, first: int | None) -> NoReturn:
-        row = conn.execute(
-            sql.SQL(
-                f"SELECT events, status, owner, lease_expires_at > {_NOW} FROM {{}} "
-                "WHERE run_id = %s"
-            ).format(self._runs),
-            (run_id,),
-        ).fetchone()
-        if row is None:
-            raise LeaseLost(f"the run store has no run {run_id!r}")
-        count, status, held_by, live = row
-        if status != "running":
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is {status}")
-        if held_by != owner:
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: it is owned by {held_by!r}")
-        if not live:
-            raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: its lease expired")
-        raise ValueError(
-            f"run {run_id!r}: event seq {first} does not follow the {count} stored before it"
-        )
 
     # --- records ---------------------------------------------------------------------
 
@@ -281,8 +304,8 @@ class PostgresRunStore(PostgresDatabase):
             row = conn.execute(
                 sql.SQL(
                     "INSERT INTO {} (run_id, agent, input, messages, parent_run_id, created_at, "
-                    f"status, owner, lease_expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, "
-                    f"%s, 'running', %s, {_NOW} + %s, {_NOW}) "
+                    f"status, owner, lease_expires_at, updated_at, epoch) VALUES (%s, %s, %s, "
+                    f"%s, %s, %s, 'running', %s, {_NOW} + %s, {_NOW}, 1) "
                     "ON CONFLICT (run_id) DO NOTHING RETURNING 1"
                 ).format(self._runs),
                 (
@@ -321,6 +344,7 @@ class PostgresRunStore(PostgresDatabase):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON] | None,
         lease_s: float,
+        epoch: int | None = None,
     ) -> Control:
         def job(conn: _Conn) -> Control:
             # Encoded in the worker thread, not on the event loop.
@@ -336,12 +360,15 @@ class PostgresRunStore(PostgresDatabase):
                 {"state": state, "lease": lease_s},
                 returning="cancel, stop",
                 notify=bool(rows),
+                epoch=epoch,
             )
             return Control(run_id=run_id, cancel=row[0], stop=bool(row[1]))
 
         return await self._run(job)
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
+    async def record_tool(
+        self, run_id: str, *, owner: str, record: ToolRecord, epoch: int | None = None
+    ) -> None:
         result = encode_json(record.result)
 
         def job(conn: _Conn) -> None:
@@ -366,6 +393,7 @@ class PostgresRunStore(PostgresDatabase):
                     "arguments = EXCLUDED.arguments, result = EXCLUDED.result, "
                     "recorded = EXCLUDED.recorded)"
                 ),
+                epoch=epoch,
             )
 
         await self._run(job)
@@ -394,6 +422,7 @@ class PostgresRunStore(PostgresDatabase):
         events: Sequence[Mapping[str, JSON]],
         checkpoint: Mapping[str, JSON],
         pending: Sequence[str],
+        epoch: int | None = None,
     ) -> None:
         if not pending:
             raise ValueError("park() needs the pending calls' ids (none given)")
@@ -411,6 +440,7 @@ class PostgresRunStore(PostgresDatabase):
                 "owner = NULL, lease_expires_at = NULL",
                 {"state": state, "calls": calls},
                 notify=True,
+                epoch=epoch,
             )
 
         await self._run(job)
@@ -422,6 +452,7 @@ class PostgresRunStore(PostgresDatabase):
         owner: str,
         events: Sequence[Mapping[str, JSON]],
         result: Mapping[str, JSON],
+        epoch: int | None = None,
     ) -> None:
         def job(conn: _Conn) -> None:
             rows = _event_rows(run_id, events)
@@ -439,28 +470,43 @@ class PostgresRunStore(PostgresDatabase):
                     ", gone AS (DELETE FROM {tools} WHERE run_id = %(run_id)s "
                     "AND EXISTS (SELECT 1 FROM up))"
                 ),
+                epoch=epoch,
             )
 
         await self._run(job)
 
     # --- leases ----------------------------------------------------------------------
 
-    async def renew(self, owner: str, run_ids: Sequence[str], *, lease_s: float) -> list[Control]:
+    async def renew(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        *,
+        lease_s: float,
+        epochs: Sequence[int] | None = None,
+    ) -> list[Control]:
         ids = list(run_ids)
+        fences = renewal_epochs(ids, epochs)
         if not ids:
             await anyio.lowlevel.checkpoint()
             return []
+        # With epochs: the (run id, epoch) pairs, one array each; a row matches its own pair.
+        fenced = (
+            "run_id = ANY(%(ids)s)"
+            if fences is None
+            else "(run_id, epoch) IN (SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::int[]))"
+        )
 
         def job(conn: _Conn) -> list[Control]:
             found = {
                 row[0]: Control(run_id=row[0], cancel=row[1], stop=bool(row[2]))
                 for row in conn.execute(
                     sql.SQL(
-                        f"UPDATE {{}} SET lease_expires_at = {_NOW} + %s WHERE run_id = ANY(%s) "
-                        f"AND owner = %s AND status = 'running' AND lease_expires_at > {_NOW} "
-                        "RETURNING run_id, cancel, stop"
+                        f"UPDATE {{}} SET lease_expires_at = {_NOW} + %(lease)s WHERE {fenced} "
+                        f"AND owner = %(owner)s AND status = 'running' "
+                        f"AND lease_expires_at > {_NOW} RETURNING run_id, cancel, stop"
                     ).format(self._runs),
-                    (lease_s, ids, owner),
+                    {"lease": lease_s, "ids": ids, "owner": owner, "epochs": fences},
                 )
             }
             return [found.get(run_id) or Control(run_id=run_id, lost=True) for run_id in ids]
@@ -505,7 +551,7 @@ class PostgresRunStore(PostgresDatabase):
             # the row, finds the live lease set here and matches nothing.
             row = conn.execute(
                 sql.SQL(
-                    "UPDATE {} SET status = 'running', owner = %s, "
+                    "UPDATE {} SET status = 'running', owner = %s, epoch = epoch + 1, "
                     f"lease_expires_at = {_NOW} + %s, previous_owner = CASE WHEN status = "
                     "'ready' THEN NULL ELSE COALESCE(owner, previous_owner) END, "
                     f"updated_at = {_NOW} WHERE run_id = %s AND (status = 'ready' OR "
