@@ -390,3 +390,47 @@ async def test_a_store_that_fails_to_append_says_so() -> None:
     assert failed.operation == "append"
     store.fail.clear()
     assert await store.load("c") == []
+
+
+def _corrupt(path: Path, how: str) -> None:
+    """Damage a conversation file as a disk or another program might."""
+    if how == "schema":  # invalid UTF-8 in the schema text: SQLite's own error is undecodable
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        data = bytearray(path.read_bytes())
+        at = data.index(b"CREATE TABLE")
+        data[at + 10] = 0xFD  # TABLE becomes TAB\xfdE
+        path.write_bytes(bytes(data))
+        return
+    text = {
+        "utf8": "CAST(x'7b22ff223a317d' AS TEXT)",
+        "json": '\'{"role": "user", \'',
+        "deep": "'" + "[" * 5000 + "]" * 5000 + "'",
+    }[how]
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE conversation_messages SET message = {text} WHERE position = 0")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("how", ["schema", "utf8", "json", "deep"])
+async def test_a_corrupt_conversation_file_is_a_store_error(tmp_path: Path, how: str) -> None:
+    """A damaged file (invalid UTF-8 in its schema or a message, bad or too deep JSON) is a
+    ConversationStoreError naming the file, and ends a run on it crashed with that error."""
+    path = tmp_path / "chats.db"
+    store = tether.SQLiteConversationStore(path)
+    await store.append("c", TURN)
+    await store.aclose()
+    _corrupt(path, how)
+    with pytest.raises(ConversationStoreError, match=r"chats\.db"):
+        await store.load("c")
+    await store.aclose()
+    async with tether.Runtime(conversations=store) as rt:
+        result = await rt.run(_agent(), "q", conversation="c")
+    assert result.termination is tether.Termination.CRASHED
+    assert result.error is not None
+    assert "ConversationStoreError" in result.error
+    assert "chats.db" in result.error
+    (failed,) = of(result.events, ev.ConversationFailed)
+    assert failed.operation == "load"
