@@ -131,6 +131,10 @@ class Durable:
         # The round in flight at the crash: its recorded tool results are reused.
         self._recall_round = None if checkpoint is None else int(checkpoint["round"]) + 1
 
+    def recorded(self) -> None:
+        """The run's record was created before it began (``Runtime.submit``)."""
+        self._created = True
+
     @property
     def created(self) -> bool:
         """Whether the store has the run's record (its lease is then renewed)."""
@@ -169,7 +173,7 @@ class Durable:
         failed = await run.prepare()
         if failed is not None:
             return failed
-        if claim is None:
+        if claim is None and not self._created:
             state = run.state
             record = NewRun(
                 run_id=run.id,
@@ -182,7 +186,7 @@ class Durable:
             with anyio.CancelScope(shield=True):
                 await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
             self._created = True
-        else:  # claimed before its first checkpoint: it started over
+        elif claim is not None:  # claimed before its first checkpoint: it started over
             _seam(run, claim)
         await self.boundary(run, None)
         return None
