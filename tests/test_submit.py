@@ -179,3 +179,28 @@ async def test_unknown_run_ids_raise_run_not_found(tmp_path: Path) -> None:
         "cannot cancel or stop run 'nope': the run store has no such run"
     ] * 2
     await store.aclose()
+
+
+async def test_a_submitted_run_cancelled_in_the_queue_ends_in_the_store(tmp_path: Path) -> None:
+    """A submitted run cancelled before it left the queue ends cancelled, and the store
+    (which had its record from the start) has that ending: nothing is left running."""
+    store = tether.SQLiteRunStore(tmp_path / "runs.db", poll_s=0.01)
+    assert Gate.opened is not None
+    assert Gate.reached is not None
+    with anyio.fail_after(30):
+        async with tether.Runtime(store=store, max_concurrent_runs=1) as rt:
+            blocker = rt.start(_agent(), "block")
+            await Gate.reached.wait()
+            handle = await rt.submit(_agent(), "q")
+            handle.cancel("changed my mind")
+            result = await handle.result()
+            Gate.opened.set()
+            await blocker.result()
+    assert result.termination is tether.Termination.CANCELLED
+    stored = await store.get(handle.run_id)
+    assert stored is not None
+    assert stored.status == "finished"
+    assert stored.result is not None
+    assert stored.result["termination"] == "cancelled"
+    assert await store.claimable() == []
+    await store.aclose()
