@@ -735,3 +735,50 @@ async def test_a_missing_program_is_named() -> None:
     assert result.error is not None
     assert "FileNotFoundError" in result.error
     assert "no-such-program-for-tether" in result.error
+
+
+#: A host that starts a launched sleeper from a thread that then ends (as trio's idle
+#: worker threads do), prints the launcher's pid, and waits.
+THREAD_HOST = """
+import os, subprocess, sys, threading, time
+started = []
+def spawn():
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    launch = [sys.executable, "-I", "-S", sys.argv[1], str(os.getpid())]
+    started.append(subprocess.Popen([*launch, *sleeper], start_new_session=True))
+    pid = started[0].pid
+    children = f"/proc/{pid}/task/{pid}/children"
+    while not open(children).read().strip():  # it forks once its watch is set
+        time.sleep(0.01)
+thread = threading.Thread(target=spawn)
+thread.start()
+thread.join()
+print(started[0].pid, flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_the_end_of_the_spawning_thread_is_not_the_end_of_the_host() -> None:
+    """Linux's parent-death signal comes when the host's *thread* that started the
+    launcher ends (trio's worker threads end when idle): the server lives on while the
+    host does, and still goes when the host is SIGKILLed later (the launcher polls)."""
+    from tether._mcp_stdio import LAUNCHER
+
+    host = await anyio.open_process(
+        [sys.executable, "-c", THREAD_HOST, LAUNCHER], stderr=subprocess.DEVNULL
+    )
+    assert host.stdout is not None
+    with anyio.fail_after(30):
+        launcher = int((await host.stdout.receive()).decode())
+    await anyio.sleep(1)  # the signal for the thread came at once; the launcher handled it
+    assert running(launcher)
+    assert len(group_running(launcher)) == 2  # the launcher and its sleeper
+    host.kill()
+    await host.wait()
+    for _ in range(200):  # 10 s; one poll (0.5 s) and GRACE_S (2 s) at most
+        if not group_running(launcher):
+            break
+        await anyio.sleep(0.05)
+    assert group_running(launcher) == []
+    await host.aclose()

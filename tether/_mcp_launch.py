@@ -6,7 +6,10 @@ of its own (the SDK's ``start_new_session``). This launcher:
 
 * asks Linux to send it ``SIGUSR1`` when its parent dies
   (``prctl(PR_SET_PDEATHSIG)``); elsewhere it looks at its parent every
-  :data:`POLL_S` seconds instead. If the host is already gone, it stops at once;
+  :data:`POLL_S` seconds instead, and so it does on Linux once the signal came
+  for the end of the host's *thread* that started it (trio starts processes
+  from worker threads, which end when idle) while the host lives on. If the
+  host is already gone, it stops at once;
 * runs the server as its child, in its group, on the same stdin, stdout and
   stderr (it never reads or writes them itself), and exits as the server
   exits, with its status;
@@ -80,6 +83,10 @@ def _status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+class _ThreadEnded(Exception):
+    """The host's thread that started the launcher ended, not the host."""
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
         sys.stderr.write("usage: _mcp_launch.py HOST_PID COMMAND [ARGS...]\n")
@@ -88,8 +95,15 @@ def main(argv: list[str]) -> int:
     child: int | None = None
 
     def parent_died(signum: int, frame: FrameType | None) -> None:
-        _end_group(child)
+        if os.getppid() != host:
+            _end_group(child)
+        # Linux signals when the *thread* that forked the launcher ends: trio starts
+        # processes from a worker thread, which ends when idle. The host lives on:
+        # watch it by polling from now on.
+        raise _ThreadEnded
 
+    # Held until the loop, where it can be handled: none may land half-way through the fork.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DIED})
     signal.signal(PARENT_DIED, parent_died)
     watched = _watch_parent()
     if os.getppid() != host:  # the host died before the watch was set
@@ -97,6 +111,7 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     if child == 0:  # the server: default signal handling, then the command
         signal.signal(PARENT_DIED, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             os.execvp(command[0], command)
         except OSError as exc:
@@ -104,14 +119,17 @@ def main(argv: list[str]) -> int:
         os._exit(127)
     while True:
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held signal lands here
             done, status = os.waitpid(child, 0 if watched else os.WNOHANG)
+            if done:
+                return _status(status)
+            if os.getppid() != host:
+                _end_group(child)
+            time.sleep(POLL_S)
         except ChildProcessError:
             return 0
-        if done:
-            return _status(status)
-        if os.getppid() != host:
-            _end_group(child)
-        time.sleep(POLL_S)
+        except _ThreadEnded:
+            watched = False
 
 
 if __name__ == "__main__":
