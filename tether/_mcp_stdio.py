@@ -177,14 +177,20 @@ async def stdio_transport(
 
     async def reader() -> None:
         assert process.stdout is not None
-        lines = _Lines(max_bytes)
+        lines: _Lines | None = _Lines(max_bytes)
         async with to_session:
             with contextlib.suppress(
                 anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream
             ):
                 async for chunk in process.stdout:
-                    for message in lines.feed(chunk):
-                        await to_session.send(message)
+                    for message in lines.feed(chunk) if lines is not None else ():
+                        try:
+                            await to_session.send(message)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            # Closing: keep reading (and dropping), so that a server
+                            # writing to a full pipe can still see its stdin close.
+                            lines = None
+                            break
 
     async def writer() -> None:
         assert process.stdin is not None
