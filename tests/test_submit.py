@@ -50,13 +50,31 @@ def _gate() -> None:
     Gate.opened, Gate.reached = anyio.Event(), anyio.Event()
 
 
-async def test_a_submitted_run_is_in_the_store_when_submit_returns(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_stores(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[tether.RunStore, tether.RunStore]:
+    """Two stores on one run store (one file, one PostgreSQL schema): two processes' view."""
+    if request.param == "sqlite":
+        path = tmp_path / "runs.db"
+        return tether.SQLiteRunStore(path, poll_s=0.01), tether.SQLiteRunStore(path, poll_s=0.01)
+    from .pg import need_psycopg
+
+    need_psycopg()
+    from tether.postgres import PostgresRunStore
+
+    dsn = request.getfixturevalue("pg_server").dsn
+    schema = request.getfixturevalue("pg_schema")
+    return PostgresRunStore(dsn, schema=schema), PostgresRunStore(dsn, schema=schema)
+
+
+async def test_a_submitted_run_is_in_the_store_when_submit_returns(
+    two_stores: tuple[tether.RunStore, tether.RunStore],
+) -> None:
     """A run queued behind another (max_concurrent_runs=1) is in the store once submit
-    returns, before it began: a second Runtime on the file reads it, follows it, and
+    returns, before it began: a second Runtime on the store reads it, follows it, and
     gets its result. A run start()ed the same way is not in the store yet."""
-    path = tmp_path / "runs.db"
-    store = tether.SQLiteRunStore(path, poll_s=0.01)
-    other_store = tether.SQLiteRunStore(path, poll_s=0.01)
+    store, other_store = two_stores
     assert Gate.opened is not None
     assert Gate.reached is not None
     with anyio.fail_after(30):
