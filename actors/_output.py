@@ -21,6 +21,7 @@ import attrs
 from tether.actors._errors import ToolArgumentsInvalid
 from tether.actors._schema import _display, _is_record, _json_converter, _json_kind, _schema
 from tether.actors._validate import _converter, _Param, _Params, _problems, _short
+from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 
 #: The name of the output tool and of the native response format's schema.
 OUTPUT_TOOL = "final_result"
@@ -84,9 +85,17 @@ class OutputSchema:
 
     def parse(self, text: str) -> Any:
         """The typed value of a JSON text (a native structured answer)."""
+        if text_too_deep(text):
+            # As for tool arguments: json.loads would recurse once per level, and nothing
+            # this deep may enter the run's state (docs/guides/typed-output.md; providers/_arguments.py).
+            raise ToolArgumentsInvalid(
+                f"the answer nests deeper than {MAX_TOOL_ARGUMENT_DEPTH} levels of objects "
+                "and arrays, the limit for a structured answer; answer with JSON less "
+                "deeply nested that matches the response format"
+            )
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ToolArgumentsInvalid(
                 f"the answer is not JSON: {_short(text, 200)}; answer with one JSON object "
                 "that matches the response format"

@@ -38,6 +38,7 @@ from ._runstore import Claim as Claim
 from ._runstore import Control as Control
 from ._runstore import LeaseLost as LeaseLost
 from ._runstore import NewRun as NewRun
+from ._runstore import RunNotFound as RunNotFound
 from ._runstore import RunStore as RunStore
 from ._runstore import RunStoreError as RunStoreError
 from ._runstore import StoredRun as StoredRun
@@ -91,6 +92,7 @@ __all__ = [
     "RuleJudge",
     "RunHandle",
     "RunInput",
+    "RunNotFound",
     "RunResult",
     "RunStore",
     "RunStoreError",

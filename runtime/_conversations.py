@@ -180,7 +180,7 @@ class StoredConversations:
         rows = await self._run(lambda conn: self._select(conn, conversation))
         try:
             return [decode_message(row) for row in rows]
-        except (ValueError, cattrs.BaseValidationError) as exc:
+        except (ValueError, RecursionError, cattrs.BaseValidationError) as exc:
             raise ConversationStoreError(
                 f"{self.described}: conversation {conversation!r} holds a "
                 f"message this tether cannot read ({exc})"

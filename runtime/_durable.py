@@ -18,7 +18,7 @@ is stored is what the store holds. A write refused with :class:`LeaseLost`
 means another Runtime owns the run now: the run stops here, writes nothing
 more, and leaves the Runtime; its handles here follow it in the store.
 
-**Fencing** (DESIGN §22). Every write carries the run's lease epoch (``1``
+**Fencing** (docs/guides/durable.md). Every write carries the run's lease epoch (``1``
 for a run this Runtime created, the claim's for a resumed one), so no write
 of an earlier ownership lands. And the owner keeps its own view of its lease:
 a deadline on its own monotonic clock (``anyio.current_time()``), ``lease_s``
@@ -156,6 +156,12 @@ class Durable:
         self.point = None if claim is None else resume_point(claim, events)
         # The round whose calls may have recorded results: the first one the run runs.
         self._recall_round = None if self.point is None else self.point.round
+
+    def recorded(self, sent: float) -> None:
+        """The run's record was created before it began (``Runtime.submit``), by a
+        write sent at ``sent``: the lease runs from then."""
+        self._created = True
+        self._deadline = self._until(sent)
 
     @property
     def created(self) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,10 +31,12 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from tether.providers import Message, dump_messages
+
 from ._agent import Agent
 from ._durable import Durable
 from ._run import Run
-from ._runstore import Claim, LeaseLost, RunStore, RunStoreError
+from ._runstore import Claim, LeaseLost, NewRun, RunNotFound, RunStore, RunStoreError
 
 
 class Keeper:
@@ -60,14 +63,41 @@ class Keeper:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         #: The durable runs this Runtime owns, in flight.
         self.owned: dict[str, tuple[Run, Durable]] = {}
-        # When each claim not yet made a Durable was sent (this process's clock).
+        # When each claim (or submitted record) not yet made a Durable was sent (this
+        # process's clock).
         self._claimed_at: dict[str, float] = {}
         self._scope: anyio.CancelScope | None = None
 
-    def durable(self, run_id: str, agent: Agent[Any, Any]) -> Durable:
-        """A new run's link to the store (its agent is known here from now on)."""
+    def durable(self, run_id: str, agent: Agent[Any, Any], *, recorded: bool = False) -> Durable:
+        """A new run's link to the store (its agent is known here from now on);
+        ``recorded``: :meth:`record` has created its record already."""
         self.agents.setdefault(agent.name, agent)
-        return Durable(self.store, self.owner, self.lease_s, run_id)
+        durable = Durable(self.store, self.owner, self.lease_s, run_id)
+        if recorded:
+            durable.recorded(self._claimed_at.pop(run_id))
+        return durable
+
+    async def record(
+        self,
+        run_id: str,
+        agent: Agent[Any, Any],
+        input: str,
+        messages: Sequence[Message],
+        parent_run_id: str | None,
+    ) -> None:
+        """Create a run's record before the run begins (``Runtime.submit``), owned here."""
+        self.agents.setdefault(agent.name, agent)
+        record = NewRun(
+            run_id=run_id,
+            agent=agent.name,
+            input=input,
+            messages=dump_messages(messages),
+            parent_run_id=parent_run_id,
+            created_at=time.time(),
+        )
+        sent = anyio.current_time()
+        await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
+        self._claimed_at[run_id] = sent  # the lease runs from here (Durable.recorded)
 
     def adopt(self, run: Run, durable: Durable) -> None:
         self.owned[run.id] = (run, durable)
@@ -83,7 +113,7 @@ class Keeper:
             raise TypeError(f"resume() wants a run id (a non-empty str), got {run_id!r}")
         stored = await self.store.get(run_id)
         if stored is None:
-            raise KeyError(f"the run store has no run {run_id!r}")
+            raise RunNotFound(f"the run store has no run {run_id!r}")
         if stored.status == "finished":
             raise ValueError(
                 f"run {run_id!r} has finished; read its result with rt.handle({run_id!r}).result()"

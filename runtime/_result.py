@@ -29,6 +29,12 @@ class RunResult(Generic[OutputT]):
     With ``Agent(output_type=T)`` it is a ``T`` (the typed answer, or the
     last candidate's) for ``answered`` and ``quality_exhausted``, else ``None``.
     ``passed`` is ``None`` without a judge or when nothing was judged.
+
+    A run on a conversation (``conversation=``) that ended ok but whose
+    messages were not appended to it (another writer appended first:
+    ``ConversationConflict``; or the store failed) keeps its termination and
+    output, and says so in :attr:`conversation_error`; :attr:`ok` is then
+    ``False``: the turn the caller asked for did not happen.
     """
 
     run_id: str
@@ -44,7 +50,20 @@ class RunResult(Generic[OutputT]):
 
     @property
     def ok(self) -> bool:
-        return self.termination.ok
+        """The run ended ``answered`` or ``terminal_tool``, and its conversation (if it
+        has one) holds its messages now (see :attr:`conversation_error`)."""
+        return self.termination.ok and self.conversation_error is None
+
+    @property
+    def conversation_error(self) -> str | None:
+        """Why a run that ended ok did not append its messages to its conversation
+        (``"ConversationConflict: ..."``, say), or ``None``: it did, or has none."""
+        if self.error is None or not self.termination.ok:
+            return None  # an ok run has an error only when its append failed: O(1) otherwise
+        for event in reversed(self.events):
+            if isinstance(event, ev.ConversationFailed) and event.operation == "append":
+                return event.error
+        return None
 
     def summary(self) -> str:
         """The path of the run on one line, e.g.

@@ -77,6 +77,17 @@ class RunStoreError(TetherError):
     """The run store could not be read or written."""
 
 
+class RunNotFound(TetherError, KeyError):
+    """No run has that id: not in flight in this Runtime, and not in its run store.
+
+    A ``KeyError`` too (``except KeyError`` keeps working); its ``str`` is the
+    message itself, without the quotes ``KeyError`` adds.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
 class LeaseLost(RunStoreError):
     """The writer does not own the run (any more): its lease expired or another claimed it.
 

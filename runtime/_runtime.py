@@ -20,20 +20,23 @@ from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
-from ._history import check_history
+from ._history import check_history, user_message
 from ._input import RunInput, parts_input
 from ._keeper import Keeper
 from ._limits import Limits
-from ._perrun import prepare
+from ._perrun import RunExtras, prepare
 from ._result import RunResult
 from ._run import Run
-from ._runstore import Answer, RunStore
+from ._runstore import Answer, RunNotFound, RunStore
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
 from ._state import load_state
 from ._storedhandle import StoredEventStream, StoredRun
 from ._trail import EventStream, LiveEventStream, TextStream
 from ._transcript import Chat, Transcript, Turns
+
+#: A checked start: the input's text and first message, the run's extras, its history, its id.
+_Start = tuple[str, Message | None, RunExtras, Sequence[Message], str]
 
 
 class BudgetExhausted(TetherError):
@@ -301,6 +304,8 @@ class Runtime:
         self._tg: TaskGroup | None = None
         self._services: RuntimeServices | None = None
         self._runs: dict[str, Run] = {}
+        #: The ids of runs whose record :meth:`submit` is writing.
+        self._recording: set[str] = set()
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
 
@@ -402,31 +407,84 @@ class Runtime:
         ``conversation`` names a conversation of ``Runtime(conversations=...)``:
         the run starts from its messages, after the runs started on it before
         have ended, and appends its new messages when it ends ok.
+
+        With a run store the run is recorded once it has been prepared (after a
+        ``max_concurrent_runs`` queue, say): until then another Runtime does not
+        see it. :meth:`submit` returns only once it is recorded.
         """
+        start = _check_start(self, agent, input, run_id, settings, deps, history, conversation)
+        return self._launch(agent, start, parent_run_id, conversation, recorded=False)
+
+    async def submit(
+        self,
+        agent: Agent[DepsT, OutputT],
+        input: RunInput,
+        *,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
+    ) -> RunHandle[OutputT]:
+        """Start a run as :meth:`start` does, and return its handle once the run
+        store has its record: from then on any Runtime on the store finds it
+        (``rt.handle(run_id)``), and one with ``resume=True`` continues it if this
+        process dies, even before it began (it starts over). Without a store it
+        returns at once, as :meth:`start` does.
+
+        The record is created before the run is prepared or queued, so it holds
+        the history and the first user message; a conversation's messages come
+        with the first checkpoint. A store error raises here, and no run starts.
+        Cancelled while the record is written, the write completes and the run
+        starts (its id is known to the store); the cancellation is delivered at
+        the caller's next await.
+        """
+        start = _check_start(self, agent, input, run_id, settings, deps, history, conversation)
+        keeper = self._keeper
+        if keeper is None:
+            return self._launch(agent, start, parent_run_id, conversation, recorded=False)
+        text, first, _, past, run_id = start
+        self._recording.add(run_id)  # no start() may take the id while it is written
+        try:
+            with anyio.CancelScope(shield=True):
+                await keeper.record(
+                    run_id,
+                    agent,
+                    text,
+                    [*past, first or user_message(text)],
+                    parent_run_id,
+                )
+        finally:
+            self._recording.discard(run_id)
+        return self._launch(agent, start, parent_run_id, conversation, recorded=True)
+
+    def _check_free(self, run_id: str) -> None:
+        if run_id in self._runs or run_id in self._recording:
+            raise ValueError(f"a run with id {run_id!r} is already in flight")
+
+    def _launch(
+        self,
+        agent: Agent[DepsT, OutputT],
+        start: _Start,
+        parent_run_id: str | None,
+        conversation: str | None,
+        *,
+        recorded: bool,
+    ) -> RunHandle[OutputT]:
+        """Make the run and start its task (no await: it cannot be cut half made)."""
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
-        if not isinstance(agent, Agent):
-            raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
-        text, first = (input, None) if isinstance(input, str) else parts_input(input)
-        if self._budget is not None and (hit := self._budget.exhausted()) is not None:
-            raise BudgetExhausted(
-                f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
-                "raise it or reset it with Runtime.reset_budget()"
-            )
-        extras = prepare(agent, settings, deps)
-        past = () if history is None else check_history(history)
-        if conversation is not None:
-            self._check_conversation(conversation, history)
-        run_id = run_id or self.new_run_id()
-        if run_id in self._runs:
-            raise ValueError(f"a run with id {run_id!r} is already in flight")
+        text, first, extras, past, run_id = start
+        if recorded:
+            self._check_free(run_id)  # (a run of that id cannot have been recorded twice)
         chat = None
         if conversation is not None:
             assert self.conversations is not None
             chat = Chat(self.conversations, conversation, self._turns.take(conversation))
         transcript = Transcript.of(agent, past, chat)
         keeper = self._keeper
-        durable = None if keeper is None else keeper.durable(run_id, agent)
+        durable = None if keeper is None else keeper.durable(run_id, agent, recorded=recorded)
         run = Run(
             self._services,
             agent,
@@ -448,12 +506,17 @@ class Runtime:
 
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A handle on run ``run_id``: the live one if it is in flight here, else the
-        store's (:class:`StoredRunHandle`; needs ``Runtime(store=...)``)."""
+        store's (:class:`StoredRunHandle`; needs ``Runtime(store=...)``).
+
+        :class:`~tether.RunNotFound` (a ``KeyError``) for an id nobody knows: here
+        without a store; with one, from the handle's first read (``events()``'
+        first event, ``result()``), since this method does not wait for the store.
+        """
         run = self._runs.get(run_id)
         if run is not None:
             return RunHandle[Any](run)
         if self._keeper is None:
-            raise KeyError(
+            raise RunNotFound(
                 f"no run {run_id!r} is in flight in this Runtime (and it has no run store: "
                 "create it with tether.Runtime(store=tether.SQLiteRunStore('runs.db')))"
             )
@@ -470,7 +533,7 @@ class Runtime:
     async def resume(self, run_id: str) -> RunHandle[Any]:
         """Claim run ``run_id`` from the store and continue it here from its last checkpoint.
 
-        A ``KeyError`` if the store has no such run; a ``ValueError`` if it has
+        :class:`~tether.RunNotFound` if the store has no such run; a ``ValueError`` if it has
         finished, is owned under a live lease, is parked, or is a run of an
         agent this Runtime does not know (the run is then left claimable).
         """
@@ -563,9 +626,15 @@ class Runtime:
             return
         keeper = self._keeper
         if keeper is None:
-            raise KeyError(f"no run {run_id!r} is in flight in this Runtime")
+            raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
         answer = Answer(call_id=call_id, approved=approved, note=note)
-        if await keeper.store.answer(run_id, answer):  # the last answer: resume it
+        try:
+            last = await keeper.store.answer(run_id, answer)
+        except KeyError:
+            if await keeper.store.get(run_id) is None:
+                raise RunNotFound(f"the run store has no run {run_id!r}") from None
+            raise  # not parked, or not a pending call of it: the store's words
+        if last:  # the last answer: resume it
             # An agent unknown here, or another Runtime claimed it first: not ours to go on.
             with contextlib.suppress(ValueError):
                 await self.resume(run_id)
@@ -576,10 +645,10 @@ class Runtime:
         if run is not None:
             return RunHandle[Any](run).pending_approvals()
         if self._keeper is None:
-            raise KeyError(f"no run {run_id!r} is in flight in this Runtime")
+            raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
         stored = await self._keeper.store.get(run_id)
         if stored is None:
-            raise KeyError(f"the run store has no run {run_id!r}")
+            raise RunNotFound(f"the run store has no run {run_id!r}")
         if stored.status != "parked" or stored.checkpoint is None:
             return []
         held = load_state(stored.checkpoint).approvals
@@ -638,6 +707,36 @@ class Runtime:
     def running(self) -> int:
         """Runs started and not yet finished (queued included)."""
         return len(self._runs)
+
+
+def _check_start(
+    rt: Runtime,
+    agent: Agent[Any, Any],
+    input: RunInput,
+    run_id: str | None,
+    settings: ModelSettings | None,
+    deps: Any,
+    history: Sequence[Message] | None,
+    conversation: str | None,
+) -> _Start:
+    """A start's arguments checked (a clear error here, not in the run), and its id."""
+    if rt._tg is None or rt._services is None:
+        raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
+    if not isinstance(agent, Agent):
+        raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
+    text, first = (input, None) if isinstance(input, str) else parts_input(input)
+    if rt._budget is not None and (hit := rt._budget.exhausted()) is not None:
+        raise BudgetExhausted(
+            f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
+            "raise it or reset it with Runtime.reset_budget()"
+        )
+    extras = prepare(agent, settings, deps)
+    past = () if history is None else check_history(history)
+    if conversation is not None:
+        rt._check_conversation(conversation, history)
+    run_id = run_id or rt.new_run_id()
+    rt._check_free(run_id)
+    return text, first, extras, past, run_id
 
 
 def _keeper(

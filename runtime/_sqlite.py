@@ -168,6 +168,14 @@ class SQLiteFile:
                 self._give_back(conn, generation, healthy)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+        except UnicodeDecodeError as exc:
+            # sqlite3 decodes SQLite's own error text; a corrupt schema puts the
+            # file's garbage bytes in it, and the decode fails before any sqlite3.Error.
+            said = exc.object[:200].decode("utf-8", "replace")
+            raise self.error(
+                f"{self.kind} {self.path!r} is not a usable SQLite database: the file is "
+                f"corrupt ({said})"
+            ) from exc
         return result
 
     def _open(self) -> sqlite3.Connection:

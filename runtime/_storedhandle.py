@@ -13,6 +13,7 @@ picks up at its next round boundary or lease renewal.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -21,7 +22,7 @@ import tether.runtime._events as ev
 
 from ._agent import Agent
 from ._result import RunResult
-from ._runstore import RunStore
+from ._runstore import RunNotFound, RunStore
 
 #: How long one wait on the store lasts before the follower looks again.
 WAIT_S = 1.0
@@ -50,7 +51,7 @@ class StoredEventStream:
                 break
             run = await store.get(run_id)
             if run is None:
-                raise KeyError(f"the run store has no run {run_id!r}")
+                raise RunNotFound(f"the run store has no run {run_id!r}")
             if run.status == "finished" and run.events <= self._seen:
                 raise StopAsyncIteration
             await store.wait(run_id, seen=self._seen, timeout_s=WAIT_S)
@@ -83,7 +84,7 @@ class StoredRun:
         while self.result is None:
             run = await store.get(run_id)
             if run is None:
-                raise KeyError(f"the run store has no run {run_id!r}")
+                raise RunNotFound(f"the run store has no run {run_id!r}")
             if run.status == "finished" and run.result is not None:
                 data = dict(run.result)
                 data["events"] = await store.events(run_id)
@@ -99,7 +100,17 @@ class StoredRun:
         self.spawn(lambda: self._request(cancel, stop))
 
     async def _request(self, cancel: str | None, stop: bool) -> None:
-        await self.store.request(self.run_id, cancel=cancel, stop=stop)
+        try:
+            await self.store.request(self.run_id, cancel=cancel, stop=stop)
+        except KeyError:
+            # Made from a sync handle method, in the Runtime's task group: an unknown
+            # run must not end the Runtime. Its readers get RunNotFound.
+            warnings.warn(
+                f"cannot cancel or stop run {self.run_id!r}: the run store has no such run",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+            return
         run = await self.store.get(self.run_id)
         if self.resume is not None and run is not None and run.status == "ready":
             # A parked run is nobody's: end it here if this Runtime knows its agent.

@@ -1,6 +1,7 @@
 """A small MCP server for the tests, written with the SDK's own server API.
 
-``python tests/mcp_server.py stdio`` serves it over stdin and stdout;
+``python tests/mcp_server.py stdio [more]`` serves it over stdin and stdout
+(``more``: with the tools ``stuck`` and ``big`` too);
 ``python tests/mcp_server.py http [PORT]`` over streamable HTTP on 127.0.0.1
 (port 0: an ephemeral one), printing the port on the first line of stdout.
 """
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
+import time
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
@@ -54,6 +57,21 @@ async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await anyio.sleep(seconds)
     return "slept"
+
+
+async def stuck(seconds: float, marker: str) -> str:
+    """Block the whole server (its event loop, not only this call), deaf to its stdin
+    and to SIGTERM, once the file ``marker`` is made."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(marker, "w"):  # noqa: ASYNC230 (blocking on purpose)
+        pass
+    time.sleep(seconds)  # noqa: ASYNC251 (blocking on purpose)
+    return "unstuck"
+
+
+def big(megabytes: float) -> str:
+    """A text result of ``megabytes`` million characters."""
+    return "x" * int(megabytes * 1_000_000)
 
 
 @server.tool(structured_output=False)
@@ -104,6 +122,9 @@ async def _serve_http(port: int) -> None:
 
 
 if __name__ == "__main__":
+    if "more" in sys.argv[2:]:  # tools some tests add (more would change discovery for all)
+        server.add_tool(stuck, structured_output=False)
+        server.add_tool(big, structured_output=False)
     if sys.argv[1:2] == ["http"]:
         anyio.run(_serve_http, int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     else:

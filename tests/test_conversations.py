@@ -386,7 +386,109 @@ async def test_a_store_that_fails_to_append_says_so() -> None:
     assert result.termination is tether.Termination.ANSWERED
     assert result.error is not None
     assert "not appended" in result.error
+    assert not result.ok
+    assert result.conversation_error == "ConversationStoreError: append failed"
     (failed,) = of(result.events, ev.ConversationFailed)
     assert failed.operation == "append"
     store.fail.clear()
     assert await store.load("c") == []
+
+
+def _corrupt(path: Path, how: str) -> None:
+    """Damage a conversation file as a disk or another program might."""
+    if how == "schema":  # invalid UTF-8 in the schema text: SQLite's own error is undecodable
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        data = bytearray(path.read_bytes())
+        at = data.index(b"CREATE TABLE")
+        data[at + 10] = 0xFD  # TABLE becomes TAB\xfdE
+        path.write_bytes(bytes(data))
+        return
+    text = {
+        "utf8": "CAST(x'7b22ff223a317d' AS TEXT)",
+        "json": '\'{"role": "user", \'',
+        "deep": "'" + "[" * 5000 + "]" * 5000 + "'",
+    }[how]
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE conversation_messages SET message = {text} WHERE position = 0")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("how", ["schema", "utf8", "json", "deep"])
+async def test_a_corrupt_conversation_file_is_a_store_error(tmp_path: Path, how: str) -> None:
+    """A damaged file (invalid UTF-8 in its schema or a message, bad or too deep JSON) is a
+    ConversationStoreError naming the file, and ends a run on it crashed with that error."""
+    path = tmp_path / "chats.db"
+    store = tether.SQLiteConversationStore(path)
+    await store.append("c", TURN)
+    await store.aclose()
+    _corrupt(path, how)
+    with pytest.raises(ConversationStoreError, match=r"chats\.db"):
+        await store.load("c")
+    await store.aclose()
+    async with tether.Runtime(conversations=store) as rt:
+        result = await rt.run(_agent(), "q", conversation="c")
+    assert result.termination is tether.Termination.CRASHED
+    assert result.error is not None
+    assert "ConversationStoreError" in result.error
+    assert "chats.db" in result.error
+    (failed,) = of(result.events, ev.ConversationFailed)
+    assert failed.operation == "load"
+
+
+async def test_a_refused_turn_is_not_ok(tmp_path: Path) -> None:
+    """Two concurrent turns on one conversation, from two Runtimes on one file: both load
+    the same messages, the first append wins, and the refused one says so where a caller
+    looks: ``ok`` is False and ``conversation_error`` names the ConversationConflict (its
+    termination and output are kept: the model did answer)."""
+    path = tmp_path / "chats.db"
+    met = 0
+    both = anyio.Event()
+
+    @tether.tool
+    async def meet() -> str:
+        """Wait for the other turn."""
+        nonlocal met
+        met += 1
+        if met == 2:
+            both.set()
+        await both.wait()
+        return "met"
+
+    def script(request: Any, ctx: Any) -> Reply:
+        if request.messages[-1].role == "user" and request.messages[-1].text == "q":
+            return Reply(tool_calls=[ToolCall(name="meet", arguments={})])
+        return Reply(text="answer")
+
+    agent = tether.Agent(name="c", provider=ScriptedProvider(script), tools=[meet])
+    results: list[tether.RunResult] = []
+
+    async def turn() -> None:
+        async with tether.Runtime(conversations=tether.SQLiteConversationStore(path)) as rt:
+            results.append(await rt.run(agent, "q", conversation="c"))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            tg.start_soon(turn)
+    for result in results:
+        assert_consistent(result)
+        assert result.termination is tether.Termination.ANSWERED
+        assert result.output == "answer"
+    won, lost = sorted(results, key=lambda r: not r.ok)
+    assert won.ok
+    assert won.conversation_error is None
+    assert not lost.ok
+    assert lost.conversation_error is not None
+    assert lost.conversation_error.startswith("ConversationConflict:")
+    assert lost.error is not None
+    assert "not appended" in lost.error
+    assert of(won.events, ev.ConversationAppended)
+    assert not of(lost.events, ev.ConversationAppended)
+    # The result as stored (a durable run's, a RayRuntime's) says the same after a round trip.
+    assert tether.RunResult.load(lost.dump()).conversation_error == lost.conversation_error
+    store = tether.SQLiteConversationStore(path)
+    assert len(await store.load("c")) == 4  # one turn: q, the call, its result, the answer
+    await store.aclose()

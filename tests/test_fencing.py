@@ -1,4 +1,4 @@
-"""Fencing (DESIGN §22): an owner whose lease may have lapsed starts no model call and no
+"""Fencing (docs/guides/durable.md): an owner whose lease may have lapsed starts no model call and no
 tool call, by its own clock; every owner writes, and its tools see, its lease epoch.
 
 The store here is :class:`tests.memory_runstore.MemoryRunStore`: its leases are on the

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.streams.text
 import pytest
 
 pytest.importorskip("mcp")
@@ -557,3 +559,226 @@ def test_the_core_does_not_import_mcp() -> None:
     """import tether works without the extra: the mcp SDK is imported by tether.mcp only."""
     code = "import sys, tether; sys.exit(any(m.split('.')[0] == 'mcp' for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ---------------------------------------------------------------- bounds and orphans
+
+
+HOST = str(Path(__file__).with_name("mcp_host.py"))
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (an orphan's zombie may wait for
+    a PID 1 that never reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def group_running(pgid: int) -> list[int]:
+    """The pids of the group's processes that still run."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rpartition(")")[2].split()
+            except FileNotFoundError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+async def _host(
+    mode: str, anyio_backend: str, marker: Path | None = None
+) -> tuple[anyio.abc.Process, int, int]:
+    """A host process on the test server: it, the server's pid, the server's group.
+    ``hang``: once the server is blocked in its call (it made ``marker``)."""
+    host = await anyio.open_process(
+        [sys.executable, HOST, anyio_backend, mode, str(marker or "-")],
+        stderr=subprocess.DEVNULL,
+    )
+    assert host.stdout is not None
+    lines = anyio.streams.text.TextReceiveStream(host.stdout)
+    seen = ""
+    with anyio.fail_after(60):
+        async for chunk in lines:
+            seen += chunk
+            if "pid " in seen and seen.endswith("\n"):
+                break
+    (pid,) = [int(line.split()[1]) for line in seen.splitlines() if line.startswith("pid ")]
+    pgid = os.getpgid(pid)
+    if marker is not None:
+        with anyio.fail_after(60):
+            while not await anyio.Path(marker).exists():  # noqa: ASYNC110 (a file, no event)
+                await anyio.sleep(0.02)
+    return host, pid, pgid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_stdio_server_dies_with_its_host(anyio_backend: str, tmp_path: Path) -> None:
+    """A host SIGKILLed while its server is blocked in a call (deaf to its stdin and to
+    SIGTERM): the server, its launcher and its whole process group are gone within a
+    few seconds (the launcher's parent-death signal, then SIGKILL after GRACE_S)."""
+    host, pid, pgid = await _host("hang", anyio_backend, tmp_path / "stuck")
+    assert running(pid)
+    assert pgid == pid or pgid not in (os.getpgid(0), host.pid)  # a group of its own
+    host.kill()  # SIGKILL: nothing of the host runs after this
+    await host.wait()
+    for _ in range(200):  # 10 s; GRACE_S (2 s) after the kernel's signal, at most
+        if not group_running(pgid):
+            break
+        await anyio.sleep(0.05)
+    assert group_running(pgid) == []
+    assert not running(pid)
+    await host.aclose()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_clean_close_leaves_no_server(anyio_backend: str) -> None:
+    """A Runtime that exits closes its server: no process of the server's group is left."""
+    host, pid, pgid = await _host("close", anyio_backend)
+    with anyio.fail_after(30):
+        assert await host.wait() == 0
+    assert not running(pid)
+    assert group_running(pgid) == []
+    await host.aclose()
+
+
+async def test_a_result_past_the_bound_is_a_model_error_and_others_go_on() -> None:
+    """A 20 MB result and a small call at once on one stdio server: the big one is a
+    model_error naming max_result_bytes (nothing of it in the transcript), the small one
+    answers ok within a timeout the SDK's whole-line reading would have run out."""
+    agent = tether.Agent(
+        name="a",
+        provider=calls(
+            Reply(
+                tool_calls=[
+                    ToolCall(name="big", arguments={"megabytes": 20}),
+                    ToolCall(name="echo", arguments={"text": "small"}),
+                ]
+            ),
+            use("pid"),
+            Reply(text="ok"),
+        ),
+        tools=[
+            MCPServerStdio(
+                sys.executable,
+                [SERVER, "stdio", "more"],
+                name="box",
+                timeout_s=5,
+                max_result_bytes=4_000_000,
+            )
+        ],
+        limits=tether.Limits(max_tool_retries=0),
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    done = {name: (outcome, content) for name, outcome, content in finished(result)}
+    assert done["big"][0] == "model_error"
+    assert "20.0 MB, past this server's max_result_bytes (4000000 bytes)" in done["big"][1]
+    assert done["echo"] == ("ok", "small")
+    assert done["pid"][0] == "ok"  # the same connection goes on
+    assert not of(result.events, ev.MCPServerRestarted)
+    assert sum(len(m.text) for m in result.messages) < 10_000
+
+
+def test_an_oversized_line_is_dropped_as_it_comes() -> None:
+    """The reader never holds more than the bound of one line: a 20 MB answer fed in
+    64 KiB chunks becomes one error for its request id (written first, as the Python
+    SDK does, or last, as the TypeScript SDK does); the next line parses."""
+    import mcp_types
+
+    from tether._mcp_stdio import RESULT_TOO_LARGE, _Lines
+
+    for line in (
+        b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"'
+        + b"x" * 20_000_000
+        + b'"}]}}\n',
+        b'{"result":{"content":[{"type":"text","text":"'
+        + b'"id": 3 ' * 2_000_000
+        + b'"}]},"jsonrpc":"2.0","id":7}\n',
+    ):
+        lines = _Lines(1_000_000)
+        small = b'{"jsonrpc":"2.0","id":8,"result":{"content":[]}}\n'
+        out = []
+        data = line + small
+        for at in range(0, len(data), 65536):
+            out += lines.feed(data[at : at + 65536])
+            assert len(lines._buffer) <= 1_000_000
+        (error, answer) = out
+        assert isinstance(error.message, mcp_types.JSONRPCError)  # type: ignore[union-attr]
+        assert error.message.id == 7  # type: ignore[union-attr]
+        assert error.message.error.code == RESULT_TOO_LARGE  # type: ignore[union-attr]
+        assert answer.message.id == 8  # type: ignore[union-attr]
+
+
+def test_the_bound_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_result_bytes"):
+        MCPServerStdio("python", max_result_bytes=0)
+    with pytest.raises(ValueError, match="max_result_bytes"):
+        MCPServerHTTP("http://127.0.0.1:1/mcp", max_result_bytes=True)
+
+
+async def test_a_missing_program_is_named() -> None:
+    """A command that is not on the server's PATH fails the connection with the
+    FileNotFoundError naming it (checked before the launcher is started)."""
+    missing = MCPServerStdio(
+        "no-such-program-for-tether", name="nx", restart=RestartPolicy(max_restarts=0)
+    )
+    agent = tether.Agent(name="a", provider=calls(Reply(text="never")), tools=[missing])
+    result = await run(agent)
+    assert result.termination is tether.Termination.FATAL_TOOL_ERROR
+    assert result.error is not None
+    assert "FileNotFoundError" in result.error
+    assert "no-such-program-for-tether" in result.error
+
+
+#: A host that starts a launched sleeper from a thread that then ends (as trio's idle
+#: worker threads do), prints the launcher's pid, and waits.
+THREAD_HOST = """
+import os, subprocess, sys, threading, time
+started = []
+def spawn():
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    launch = [sys.executable, "-I", "-S", sys.argv[1], str(os.getpid())]
+    started.append(subprocess.Popen([*launch, *sleeper], start_new_session=True))
+    pid = started[0].pid
+    children = f"/proc/{pid}/task/{pid}/children"
+    while not open(children).read().strip():  # it forks once its watch is set
+        time.sleep(0.01)
+thread = threading.Thread(target=spawn)
+thread.start()
+thread.join()
+print(started[0].pid, flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_the_end_of_the_spawning_thread_is_not_the_end_of_the_host() -> None:
+    """Linux's parent-death signal comes when the host's *thread* that started the
+    launcher ends (trio's worker threads end when idle): the server lives on while the
+    host does, and still goes when the host is SIGKILLed later (the launcher polls)."""
+    from tether._mcp_stdio import LAUNCHER
+
+    host = await anyio.open_process(
+        [sys.executable, "-c", THREAD_HOST, LAUNCHER], stderr=subprocess.DEVNULL
+    )
+    assert host.stdout is not None
+    with anyio.fail_after(30):
+        launcher = int((await host.stdout.receive()).decode())
+    await anyio.sleep(1)  # the signal for the thread came at once; the launcher handled it
+    assert running(launcher)
+    assert len(group_running(launcher)) == 2  # the launcher and its sleeper
+    host.kill()
+    await host.wait()
+    for _ in range(200):  # 10 s; one poll (0.5 s) and GRACE_S (2 s) at most
+        if not group_running(launcher):
+            break
+        await anyio.sleep(0.05)
+    assert group_running(launcher) == []
+    await host.aclose()

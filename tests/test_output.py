@@ -375,3 +375,23 @@ async def test_tool_choice_may_force_the_output_tool(choice: str) -> None:
     request: ModelRequest = agent.provider.requests[0][1]  # type: ignore[attr-defined]
     assert request.settings is not None
     assert request.settings.tool_choice == choice
+
+
+async def test_native_mode_refuses_an_answer_nested_too_deep_and_retries() -> None:
+    """A native answer nested 1,200 deep is a retryable validation error naming the bound
+    (64, as for tool arguments), not a RecursionError that crashes the run."""
+    deep = '{"city": "L", "days": 1, "x": ' + "[" * 1200 + "]" * 1200 + "}"
+    just = '{"city": "L", "days": 1, "x": ' + "[" * 63 + "]" * 63 + "}"
+    agent = typed_agent(
+        Trip,
+        [Reply(text=deep), Reply(text=just), Reply(text='{"city":"L","days":3}')],
+        output_mode="native",
+    )
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == Trip("L", 3)
+    reasons = [t.reason for t in of(result.events, ev.Transition)]
+    assert reasons == ["output_invalid", "output_invalid", "answered"]
+    assert "deeper than 64 levels" in result.messages[2].text
+    # 64 levels deep is within the bound: the answer fails on its extra field, not its depth.
+    assert "deeper" not in result.messages[4].text

@@ -571,3 +571,28 @@ async def test_four_hosts_and_400_runs_hold_one_fleet_budget(ray_cluster: None) 
     for result in ended:
         hits = [e for e in result.events if isinstance(e, ev.CeilingHit)]
         assert [(h.ceiling, h.limit) for h in hits] == [("runtime.max_total_tokens", ceiling)]
+
+
+async def test_submit_returns_once_the_run_is_in_the_store(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """RayRuntime.submit returns when the host has recorded the run: the store has it at
+    once; without a store it is start. An unknown id is tether.RunNotFound."""
+    agent = _walker(rounds=2, latency_s=0.2)
+    store = tether.SQLiteRunStore(tmp_path / "runs.db", poll_s=0.05)
+    async with RayRuntime(hosts=2, agents=[agent], store=store) as rt:
+        handle = await rt.submit(agent, "walk", run_id="sub-1", host=1)
+        stored = await store.get("sub-1")
+        assert stored is not None
+        assert (stored.agent, stored.input) == ("walker", "walk")
+        with pytest.raises(ValueError, match="sub-1"):
+            await rt.submit(agent, "again", run_id="sub-1", host=0)  # the store has it
+        result = await handle.result()
+        assert result.output == "walked"
+    assert (await store.get("sub-1")).status == "finished"  # type: ignore[union-attr]
+    await store.aclose()
+    async with RayRuntime(hosts=1, agents=[agent]) as rt:
+        plain = await rt.submit(agent, "walk")
+        assert (await plain.result()).output == "walked"
+        with pytest.raises(tether.RunNotFound, match="no host has run 'nobody'"):
+            await rt.handle("nobody").result()

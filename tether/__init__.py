@@ -33,6 +33,7 @@ from tether.runtime import Policy as Policy
 from tether.runtime import PolicyPoint as PolicyPoint
 from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
+from tether.runtime import RunNotFound as RunNotFound
 from tether.runtime import RunResult as RunResult
 from tether.runtime import RunStore as RunStore
 from tether.runtime import RunStoreError as RunStoreError
@@ -70,6 +71,7 @@ __all__ = [
     "RuleJudge",
     "RunContext",
     "RunHandle",
+    "RunNotFound",
     "RunResult",
     "RunStore",
     "RunStoreError",

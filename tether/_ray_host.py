@@ -38,8 +38,9 @@ from tether.runtime._run import Run
 from tether.runtime._runstore import RunStore
 
 #: One run to start: run id, agent name, input, options, the agent (if not shipped yet),
-#: the kinds of cursor to open with it.
-Start = tuple[str, str, Any, dict[str, Any], "Agent[Any, Any] | None", Sequence["Kind"]]
+#: the kinds of cursor to open with it, and whether to record it before replying
+#: (``RayRuntime.submit``: the host's ``Runtime.submit``).
+Start = tuple[str, str, Any, dict[str, Any], "Agent[Any, Any] | None", Sequence["Kind"], bool]
 #: What a follower reads: the kept events; the kept events with the live deltas; the text.
 Kind = Literal["events", "live", "text"]
 #: Where a run stands, as a poll or a result answers it: ``live`` (more to come
@@ -270,12 +271,12 @@ class Host:
         replies: list[list[int] | BaseException] = []
         for start in starts:
             try:
-                replies.append(self._start(rt, *start))
+                replies.append(await self._start(rt, *start))
             except Exception as exc:
                 replies.append(exc)
         return replies
 
-    def _start(
+    async def _start(
         self,
         rt: Runtime,
         run_id: str,
@@ -284,9 +285,11 @@ class Host:
         options: dict[str, Any],
         agent: Agent[Any, Any] | None,
         follows: Sequence[Kind],
+        submit: bool,
     ) -> list[int]:
         """Start a run (its arguments were checked by the caller), with a cursor of
-        each kind in ``follows`` opened from its start; their ids."""
+        each kind in ``follows`` opened from its start; their ids. ``submit``: once
+        the run store has its record (only then awaited: a start is sync)."""
         if agent is not None:
             self.agents[agent.name] = agent
             if rt._keeper is not None:
@@ -294,7 +297,10 @@ class Host:
         found = self.agents.get(agent_name)
         if found is None:
             raise LookupError(f"unknown agent {agent_name!r}")
-        handle = rt.start(found, input, run_id=run_id, **options)
+        if submit:
+            handle = await rt.submit(found, input, run_id=run_id, **options)
+        else:
+            handle = rt.start(found, input, run_id=run_id, **options)
         run = handle._run
         self._runs[run_id] = run
         self._watched.add(run_id)

@@ -26,7 +26,13 @@ What a call's result becomes:
   repeat it as text for older clients: that copy is not sent twice);
 - a lost connection: ``transient_error`` (not retried: the call may have run);
 - a JSON-RPC error from the server: ``model_error`` with its message;
-- past the call's timeout: ``timeout``, as for any tool.
+- past the call's timeout: ``timeout``, as for any tool;
+- past the server's ``max_result_bytes`` (8 MiB by default): ``model_error``
+  with :class:`MCPResultTooLarge` (over stdio the answer is dropped as it is
+  read, never held: see :mod:`tether._mcp_stdio`).
+
+A stdio server runs under :mod:`tether._mcp_launch`, which ends it (and its
+process group) when the host process dies, even by ``SIGKILL``.
 
 Arguments are passed through (they must be a JSON object): the server checks
 them against its own schema, and its complaint reaches the model as a
@@ -52,17 +58,26 @@ import attrs
 import httpx2
 import mcp_types
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from tether._mcp_stdio import RESULT_TOO_LARGE, stdio_transport
 from tether.actors import ToolError, ToolOutput
 from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
-__all__ = ["MCPServerHTTP", "MCPServerStdio"]
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "MCPResultTooLarge", "MCPServerHTTP", "MCPServerStdio"]
+
+#: A tool result's bound by default (``max_result_bytes``): the provider response cap's.
+DEFAULT_MAX_RESULT_BYTES = 8 * 1024 * 1024
+
+
+class MCPResultTooLarge(ToolError):
+    """A tool's result was past its server's ``max_result_bytes``: it was dropped, and
+    the model gets this error instead (``model_error``), so it can ask for less."""
+
 
 #: The JSON-RPC code the SDK gives every request a closed connection leaves unanswered.
 CONNECTION_CLOSED = mcp_types.CONNECTION_CLOSED
@@ -98,6 +113,11 @@ def _headers(value: object) -> dict[str, str] | None:
     return _str_map("headers", value)
 
 
+def _check_bound(_self: Any, _attr: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_result_bytes must be a positive int of bytes, got {value!r}")
+
+
 def _check_command(_self: Any, _attr: Any, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise TypeError(f"MCPServerStdio needs a command (a non-empty str), got {value!r}")
@@ -122,7 +142,9 @@ class MCPServerStdio(Toolset):
     the SDK does, and kept out of reprs; the server's stderr goes to ``errlog``
     (``sys.stderr`` by default). Its default ``name`` is the program and its
     first operand (``python server.py``). Closing the connection closes the
-    server's stdin, then ends the process (and its children) if it lingers.
+    server's stdin, then ends the process (and its children) if it lingers;
+    the host process dying ends them too (see :mod:`tether._mcp_launch`).
+    ``max_result_bytes`` bounds one answer of the server (see the module).
     """
 
     command: str = attrs.field(kw_only=False, validator=_check_command)
@@ -132,6 +154,7 @@ class MCPServerStdio(Toolset):
     )
     cwd: str | None = None
     errlog: TextIO | None = attrs.field(default=None, repr=False)
+    max_result_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES, validator=_check_bound)
 
     def _default_name(self) -> str:
         # The program and its first operand (``python server.py``), not the whole
@@ -141,11 +164,15 @@ class MCPServerStdio(Toolset):
         return " ".join(words)
 
     def open(self, signals: Signals) -> contextlib.AbstractAsyncContextManager[ToolsetSession]:
-        params = StdioServerParameters(
-            command=self.command, args=list(self.args), env=self.env, cwd=self.cwd
+        transport = stdio_transport(
+            self.command,
+            list(self.args),
+            self.env,
+            self.cwd,
+            self.errlog or sys.stderr,
+            self.max_result_bytes,
         )
-        transport = stdio_client(params, errlog=self.errlog or sys.stderr)
-        return _open(transport, signals, self.label)
+        return _open(transport, signals, self.label, self.max_result_bytes)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -160,30 +187,33 @@ class MCPServerHTTP(Toolset):
     headers: dict[str, str] | None = attrs.field(
         default=None, kw_only=False, converter=_headers, repr=False
     )
+    max_result_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES, validator=_check_bound)
 
     def _default_name(self) -> str:
         parts = urlsplit(self.url)  # without any user:password@
         return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
     def open(self, signals: Signals) -> contextlib.AbstractAsyncContextManager[ToolsetSession]:
-        return _open_http(self.url, self.headers, signals, self.label)
+        return _open_http(self.url, self.headers, signals, self.label, self.max_result_bytes)
 
 
 @contextlib.asynccontextmanager
 async def _open_http(
-    url: str, headers: Mapping[str, str] | None, signals: Signals, label: str
+    url: str, headers: Mapping[str, str] | None, signals: Signals, label: str, bound: int
 ) -> AsyncIterator[ToolsetSession]:
     # The SDK's defaults: 30 s to connect, 300 s to read (a stream may stay open).
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
         httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http,
-        _open(streamable_http_client(url, http_client=http), signals, label) as session,
+        _open(streamable_http_client(url, http_client=http), signals, label, bound) as session,
     ):
         yield session
 
 
 @contextlib.asynccontextmanager
-async def _open(transport: Any, signals: Signals, label: str) -> AsyncIterator[ToolsetSession]:
+async def _open(
+    transport: Any, signals: Signals, label: str, bound: int
+) -> AsyncIterator[ToolsetSession]:
     async def on_message(message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             signals.tools_changed()
@@ -211,7 +241,7 @@ async def _open(transport: Any, signals: Signals, label: str) -> AsyncIterator[T
             if changes is not None:
                 tg.start_soon(_watch, changes, signals)
             try:
-                yield _MCPSession(client, label)
+                yield _MCPSession(client, label, bound)
             finally:
                 tg.cancel_scope.cancel()
 
@@ -240,11 +270,12 @@ def _short(exc: BaseException) -> str:
 class _MCPSession:
     """A connected ``mcp.Client`` as a :class:`ToolsetSession`."""
 
-    __slots__ = ("_client", "_label")
+    __slots__ = ("_bound", "_client", "_label")
 
-    def __init__(self, client: Client, label: str) -> None:
+    def __init__(self, client: Client, label: str, bound: int) -> None:
         self._client = client
         self._label = label
+        self._bound = bound
 
     async def list_tools(self) -> Sequence[RemoteTool]:
         tools: list[RemoteTool] = []
@@ -270,14 +301,24 @@ class _MCPSession:
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise ConnectionLost(exc.message) from None
+            if exc.code == RESULT_TOO_LARGE:  # tether's stdio transport dropped it
+                raise MCPResultTooLarge(f"MCP server {self._label!r}: {exc.message}") from None
             raise ToolError(f"MCP server {self._label!r}: {exc.message}") from None
         except (OSError, httpx2.TransportError, anyio.BrokenResourceError) as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
-        return _result(result)
+        return _result(result, self._label, self._bound)
 
 
-def _result(result: mcp_types.CallToolResult) -> Any:
-    """An MCP tool result as a tether tool's return value (see the module)."""
+def _result(result: mcp_types.CallToolResult, label: str, bound: int) -> Any:
+    """An MCP tool result as a tether tool's return value (see the module), at most
+    ``bound`` bytes of text and images (else :class:`MCPResultTooLarge`)."""
+    size = _size(result)
+    if size > bound:
+        raise MCPResultTooLarge(
+            f"MCP server {label!r}: the result is {size / 1e6:.1f} MB, past this server's "
+            f"max_result_bytes ({bound} bytes): it was dropped; ask for less (a page, a "
+            "summary, a filter)"
+        )
     texts: list[str] = []
     images: list[Image] = []
     for block in result.content:
@@ -303,6 +344,26 @@ def _result(result: mcp_types.CallToolResult) -> Any:
     if images:
         return [text, *images]
     return text
+
+
+def _size(result: mcp_types.CallToolResult) -> int:
+    """About the bytes a result's content would take in the transcript (its text, its
+    images' base64), without building it: a cheap check before the work."""
+    size = 0
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            size += len(block.text)
+        elif isinstance(block, mcp_types.ImageContent):
+            size += len(block.data)
+        elif isinstance(block, mcp_types.EmbeddedResource) and isinstance(
+            block.resource, mcp_types.TextResourceContents
+        ):
+            size += len(block.resource.text)
+        else:
+            size += len(block.model_dump_json())
+    if result.structured_content is not None:
+        size = max(size, len(_json(result.structured_content)))
+    return size
 
 
 def _json(value: Any) -> str:

@@ -79,6 +79,7 @@ from tether.runtime import (
     ConversationStore,
     InMemoryConversationStore,
     Limits,
+    RunNotFound,
     RunResult,
     RunStore,
     Termination,
@@ -113,6 +114,39 @@ def shares(hosts: int, provider_concurrency: int) -> list[int]:
     """Each host's share of the fleet's ``provider_concurrency`` per endpoint."""
     share, extra = divmod(provider_concurrency, hosts)
     return [share + (1 if i < extra else 0) for i in range(hosts)]
+
+
+def _check_arguments(
+    hosts: object,
+    provider_concurrency: object,
+    store: object,
+    conversations: object,
+    limits: object,
+    address: object,
+) -> None:
+    """``RayRuntime(...)``'s arguments that need a check of their own."""
+    if not isinstance(hosts, int) or hosts < 1:
+        raise ValueError(f"RayRuntime(hosts=...) must be a positive int, got {hosts!r}")
+    if not isinstance(provider_concurrency, int) or provider_concurrency < hosts:
+        raise ValueError(
+            "RayRuntime(provider_concurrency=...) is per endpoint over all hosts, so it "
+            f"must be an int >= hosts ({hosts}), got {provider_concurrency!r}"
+        )
+    if store is not None and not isinstance(store, RunStore):
+        raise TypeError(
+            "RayRuntime(store=...) must be a tether.RunStore that every host reaches "
+            f"(tether.SQLiteRunStore, tether.postgres.PostgresRunStore), got {store!r}"
+        )
+    if isinstance(conversations, InMemoryConversationStore):
+        raise ValueError(
+            "RayRuntime(conversations=...) must be a store every host reaches "
+            "(tether.SQLiteConversationStore, tether.postgres.PostgresConversationStore); "
+            "an InMemoryConversationStore would be a separate copy on each host"
+        )
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(f"RayRuntime(limits=...) must be a tether.Limits, got {limits!r}")
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"RayRuntime(address=...) must be None or a str, got {address!r}")
 
 
 class RayRuntime:
@@ -150,28 +184,7 @@ class RayRuntime:
         host_options: dict[str, Any] | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(hosts, int) or hosts < 1:
-            raise ValueError(f"RayRuntime(hosts=...) must be a positive int, got {hosts!r}")
-        if not isinstance(provider_concurrency, int) or provider_concurrency < hosts:
-            raise ValueError(
-                "RayRuntime(provider_concurrency=...) is per endpoint over all hosts, so it "
-                f"must be an int >= hosts ({hosts}), got {provider_concurrency!r}"
-            )
-        if store is not None and not isinstance(store, RunStore):
-            raise TypeError(
-                "RayRuntime(store=...) must be a tether.RunStore that every host reaches "
-                f"(tether.SQLiteRunStore, tether.postgres.PostgresRunStore), got {store!r}"
-            )
-        if isinstance(conversations, InMemoryConversationStore):
-            raise ValueError(
-                "RayRuntime(conversations=...) must be a store every host reaches "
-                "(tether.SQLiteConversationStore, tether.postgres.PostgresConversationStore); "
-                "an InMemoryConversationStore would be a separate copy on each host"
-            )
-        if limits is not None and not isinstance(limits, Limits):
-            raise TypeError(f"RayRuntime(limits=...) must be a tether.Limits, got {limits!r}")
-        if address is not None and not isinstance(address, str):
-            raise TypeError(f"RayRuntime(address=...) must be None or a str, got {address!r}")
+        _check_arguments(hosts, provider_concurrency, store, conversations, limits, address)
         self._agents: dict[str, Agent[Any, Any]] = {}
         for agent in agents:
             self._know(agent)
@@ -516,7 +529,9 @@ class RayRuntime:
             extra = None if agent.name in shipped else agent
             shipped.add(agent.name)
             follows = [stream._kind for stream in handle._early or ()]
-            items.append((handle.run_id, agent.name, input, options, extra, follows))
+            items.append(
+                (handle.run_id, agent.name, input, options, extra, follows, handle._submit)
+            )
         ref = self._hosts[i].start_many.remote(items)
         for n, handle in enumerate(handles):
             handle._host, handle._start_ref, handle._early = i, (ref, n), None
@@ -549,6 +564,38 @@ class RayRuntime:
         finally:
             if not handle.done:
                 handle.cancel("the caller of RayRuntime.run() was cancelled")
+
+    async def submit(
+        self,
+        agent: Agent[DepsT, OutputT],
+        input: RunInput,
+        *,
+        run_id: str | None = None,
+        settings: ModelSettings | None = None,
+        deps: DepsT = None,  # type: ignore[assignment]
+        history: Sequence[Message] | None = None,
+        conversation: str | None = None,
+        host: int | None = None,
+    ) -> RayRunHandle[OutputT]:
+        """Start a run as :meth:`start` does, and return its handle once the run store
+        has its record (the host submits it: :meth:`tether.Runtime.submit`); from then
+        on any host or Runtime on the store finds it. Without a store it returns at
+        once, as :meth:`start` does. An error of the start (an id the store has
+        already, say) raises here."""
+        handle = self.start(
+            agent,
+            input,
+            run_id=run_id,
+            settings=settings,
+            deps=deps,
+            history=history,
+            conversation=conversation,
+            host=host,
+        )
+        if self.store is not None:
+            handle._submit = True  # before the next checkpoint, when the start is sent
+            await handle._started()
+        return handle
 
     def handle(self, run_id: str) -> RayRunHandle[Any]:
         """A handle on run ``run_id``: started by this RayRuntime, on any host, or in the store."""
@@ -673,6 +720,8 @@ class RayRunHandle(Generic[OutputT]):
         #: The start call's reply and this run's place in it, until the host has taken it.
         self._start_ref: tuple[Any, int] | None = None
         self._starting: tuple[Any, dict[str, Any]] | None = None
+        #: Started by :meth:`RayRuntime.submit`: the host replies once it is recorded.
+        self._submit = False
         #: Streams made before the start was sent (they open with the run), or ``None``.
         self._early: list[RayEventStream] | None = None
         self._sent = anyio.Event()
@@ -757,7 +806,7 @@ class RayRunHandle(Generic[OutputT]):
     def _unknown(self) -> None:
         """A handle made from a run id alone, for a run no host (and no store) has."""
         if not self._found:
-            raise KeyError(
+            raise RunNotFound(
                 f"no host has run {self.run_id!r} (a finished run's result stays on its host "
                 "until a handle collects it; RayRuntime(store=...) keeps every run)"
             )
