@@ -46,6 +46,9 @@ CONTRACT_NAMES = [
     # DESIGN §16
     "ModelSettings",
     "RunContext",
+    # DESIGN §28
+    "RuntimeLike",
+    "RunHandleLike",
 ]
 
 CONTRACT_EVENTS = [
