@@ -159,3 +159,55 @@ def test_the_extension_tier_is_public() -> None:
 
     missing = [name for name in EXTENSION_TIER if name not in tether.runtime.__all__]
     assert missing == []
+
+
+def mailer() -> tether.Agent:
+    """A tool call its policy holds for approval, then the answer."""
+
+    def ask(point: tether.PolicyPoint, subject: Any) -> tether.Verdict | None:
+        return tether.Verdict.ask("emails need a human") if point == "tool_call" else None
+
+    return tether.Agent(
+        name="mailer",
+        provider=ScriptedProvider(
+            [
+                Reply(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2}, id="m1")]),
+                Reply(text="done"),
+            ]
+        ),
+        tools=[add],
+        policies=[ask],
+    )
+
+
+async def test_a_parked_run_is_parked_and_its_stored_handle_lists_its_held_calls(
+    tmp_path: Path,
+) -> None:
+    """A durable run held for approval parks: its live handle says so, and a stored
+    handle (another Runtime on the store) lists the held call, awaited as on any handle."""
+    import anyio
+
+    path = tmp_path / "runs.db"
+    left = anyio.Event()
+    hooks = RuntimeHooks(on_run_left=lambda run_id: left.set())
+    store = tether.SQLiteRunStore(path, poll_s=0.01)
+    async with tether.Runtime(store=store, hooks=hooks) as rt:
+        handle = rt.start(mailer(), "q")
+        with anyio.fail_after(20):
+            await left.wait()  # parked: it left this Runtime without an ending
+        assert handle.parked
+        assert not handle.done
+        assert rt.in_flight(handle.run_id) is None
+        async with tether.Runtime(store=tether.SQLiteRunStore(path, poll_s=0.01)) as other:
+            stored = other.handle(handle.run_id)
+            assert not stored.done
+            [pending] = await stored.pending_approvals()
+            assert (pending.call_id, pending.name, pending.arguments) == (
+                "m1",
+                "add",
+                {"a": 1, "b": 2},
+            )
+            with pytest.raises(ValueError, match="not in flight"):
+                stored.reader("events")
+        await rt.approve(handle.run_id, "m1")
+        assert (await handle.result()).output == "done"
