@@ -80,6 +80,18 @@ def ask_for_emails(point: tether.PolicyPoint, subject: Any) -> tether.Verdict | 
     return None
 
 
+@tether.tool
+def whose(ctx: tether.RunContext[str]) -> str:
+    """Whose run this is (the run's deps)."""
+    return f"the run of {ctx.deps}"
+
+
+def ask_whose(request: Any, ctx: Any) -> Reply:
+    if ctx.call_index == 0:
+        return Reply(tool_calls=[ToolCall(name="whose", id="w1")])
+    return Reply(text=request.messages[-1].content[0].content)
+
+
 def add_then_answer(request: Any, ctx: Any) -> Reply:
     """Per run (the script follows ``call_index``): a tool round, then the answer."""
     if ctx.call_index == 0:
@@ -107,6 +119,8 @@ MAILER = tether.Agent(
     tools=[send_email],
     policies=[ask_for_emails],
 )
+#: Answers with what its tool read from the run's deps.
+OWNED = tether.Agent[str](name="owned", provider=ScriptedProvider(ask_whose), tools=[whose])
 #: Each model call takes a minute: a run to cancel while it waits.
 STUCK = tether.Agent(
     name="stuck", provider=ScriptedProvider(add_forever, latency_s=60.0), tools=[add]
@@ -163,6 +177,16 @@ async def test_a_handle_streams_events_text_and_deltas(rt: tether.RuntimeLike) -
     assert [e for e in with_deltas if not isinstance(e, ev.TextDelta | ev.ToolCallDelta)] == kept
     assert "".join(d.text for d in with_deltas if isinstance(d, ev.TextDelta)) == result.output
     assert "".join(chunks) == result.output
+
+
+async def test_history_and_deps_reach_the_run(rt: tether.RuntimeLike) -> None:
+    """A run continues the history it is given, and its tools read the deps it is given."""
+    first = await rt.run(ADDER, "2 + 3?")
+    again = await rt.run(ADDER, "and again?", history=first.messages)
+    assert again.messages[: len(first.messages)] == first.messages
+    assert "and again?" in [m.text for m in again.messages[len(first.messages) :]]
+    owned = await rt.run(OWNED, "whose?", deps="ada")
+    assert owned.output == "the run of ada"
 
 
 async def test_handle_by_id_is_the_same_run(rt: tether.RuntimeLike) -> None:
