@@ -125,9 +125,10 @@ OWNED = tether.Agent[str](name="owned", provider=ScriptedProvider(ask_whose), to
 STUCK = tether.Agent(
     name="stuck", provider=ScriptedProvider(add_forever, latency_s=60.0), tools=[add]
 )
-#: Each model call takes 0.3 s: a run to stop between rounds.
+#: Each model call takes a second: a run to stop between rounds (a stop that took
+#: longer than its ten steps, 10 s, to arrive would fail the test on a slow machine).
 WALKER = tether.Agent(
-    name="walker", provider=ScriptedProvider(add_forever, latency_s=0.3), tools=[add]
+    name="walker", provider=ScriptedProvider(add_forever, latency_s=1.0), tools=[add]
 )
 
 
