@@ -87,7 +87,8 @@ class OutputSchema:
         """The typed value of a JSON text (a native structured answer)."""
         if text_too_deep(text):
             # As for tool arguments: json.loads would recurse once per level, and nothing
-            # this deep may enter the run's state (docs/guides/typed-output.md; providers/_arguments.py).
+            # this deep may enter the run's state (docs/guides/typed-output.md;
+            # providers/_arguments.py).
             raise ToolArgumentsInvalid(
                 f"the answer nests deeper than {MAX_TOOL_ARGUMENT_DEPTH} levels of objects "
                 "and arrays, the limit for a structured answer; answer with JSON less "

@@ -14,7 +14,7 @@ every call that was in flight when the budget was crossed), and the output
 tokens, which must never exceed the budget. Exit status 1 if a bound fails.
 
 With ``--hosts N`` the runs are spread over N Runtimes in this process, each a
-host of one fleet budget (``tether.runtime._fleetbudget``: one ledger, slices,
+host of one fleet budget (``Runtime.share_budget``: one ledger, slices,
 ``--latency-ms`` each way to reach it). The bound is then the fleet's: the
 input of the calls that crossed their host's grant, here, conservatively, the
 number of charges that took a host's spend and holds past its grant times the
@@ -110,7 +110,7 @@ async def measure_fleet(
     ends: list[int] = []
     for i, rt in enumerate(rts):
         link = fleet.LocalLedgerLink(ledger, f"host-{i}", latency_s=latency_s)
-        fleet.attach(rt, link, limits)
+        rt.share_budget(link, limits)
         watched = _Watched(**{a.alias: getattr(rt._budget, a.name) for a in _FIELDS})
         watched.fleet, watched.ends = slices, ends
         rt._budget = watched

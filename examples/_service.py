@@ -571,7 +571,7 @@ class Service:
         """The run's tool calls waiting for an answer: held here, or parked in the store
         (with a store, a held run parks there and leaves its Runtime until answered)."""
         pending = (
-            handle.pending_approvals()
+            await handle.pending_approvals()
             if self.store is None
             else await self.runs.rt.pending_approvals(run_id)
         )

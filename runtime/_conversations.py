@@ -78,7 +78,9 @@ def _check_id(conversation: object) -> str:
     return conversation
 
 
-def _conflict(conversation: str, expected: int, found: int) -> ConversationConflict:
+def conversation_conflict(conversation: str, expected: int, found: int) -> ConversationConflict:
+    """The error of an ``append`` that found ``found`` messages where the run expected
+    ``expected`` (for stores built on :class:`StoredConversations`)."""
     return ConversationConflict(
         f"conversation {conversation!r} has {found} messages, not the {expected} the run "
         "started from: another run appended to it meanwhile; nothing was appended"
@@ -111,7 +113,7 @@ class InMemoryConversationStore:
         await anyio.lowlevel.checkpoint()
         kept = self._conversations.setdefault(conversation, [])
         if expected_length is not None and len(kept) != expected_length:
-            raise _conflict(conversation, expected_length, len(kept))
+            raise conversation_conflict(conversation, expected_length, len(kept))
         kept.extend(messages)
 
     async def aclose(self) -> None:
@@ -277,7 +279,7 @@ class SQLiteConversationStore(SQLiteFile, StoredConversations):
                 (conversation,),
             ).fetchone()
             if expected is not None and length != expected:
-                raise _conflict(conversation, expected, length)
+                raise conversation_conflict(conversation, expected, length)
             conn.executemany(
                 "INSERT INTO conversation_messages "
                 "(conversation, position, message, run_id, created_at) VALUES (?, ?, ?, ?, ?)",

@@ -5,11 +5,11 @@ A fleet (``tether.ray``'s hosts, or any set of Runtimes) shares one budget. One
 :class:`SlicedBudget`, whose ceilings are what the ledger granted that host so
 far. The host reaches the ledger through a :class:`LedgerLink` (an actor call
 over Ray; :class:`LocalLedgerLink` in one process). Install it with
-:func:`attach` before entering the Runtime::
+:meth:`~tether.Runtime.share_budget` before entering the Runtime::
 
     ledger = BudgetLedger(max_total_tokens=1_000_000, hosts=4)
     rt = tether.Runtime()
-    attach(rt, LocalLedgerLink(ledger, "host-1"), tether.Limits(max_total_tokens=1_000_000))
+    rt.share_budget(LocalLedgerLink(ledger, "host-1"), tether.Limits(max_total_tokens=1_000_000))
     async with rt: ...
 
 **On the host.** Every model call holds its clamped ``max_tokens`` (and its
@@ -94,15 +94,6 @@ from anyio.abc import TaskGroup
 
 from ._budget import Budget, Hit
 from ._limits import Limits, Termination
-
-
-class Host(Protocol):
-    """What :func:`attach` needs of a :class:`~._runtime.Runtime` (which imports,
-    through the accounting, this module)."""
-
-    _tg: TaskGroup | None
-    _budget: Budget | None
-
 
 #: Cost below this (USD) is nothing: float sums must not keep a fleet from being dry.
 EPSILON_USD = 1e-9
@@ -745,39 +736,31 @@ class SlicedBudget(Budget):
 # ------------------------------------------------------------------ the seam
 
 
-def attach(
-    rt: Host,
+def slice_of(
     link: LedgerLink,
     limits: Limits,
     *,
     poll_s: float = 0.05,
     idle_poll_s: float = 1.0,
 ) -> SlicedBudget:
-    """Make ``rt`` (not yet entered) spend from a fleet's budget through ``link``.
+    """A host's slice of a fleet's budget, reaching the ledger through ``link``
+    (:meth:`tether.Runtime.share_budget` installs it in a Runtime not yet entered).
 
     ``limits`` are the fleet's ceilings, as its ledger holds them (only
-    ``max_total_tokens`` and ``max_cost_usd`` apply). The Runtime must have
-    no budget of its own (no ``Runtime(limits=...)``). ``rt.budget`` then
+    ``max_total_tokens`` and ``max_cost_usd`` apply). ``rt.budget`` then
     shows the host's slice: its grant so far as the ceilings, its own spend.
     ``poll_s`` is how often the host's keeper calls the ledger while it has
     something to say, ``idle_poll_s`` while it only holds unheld room before
     the fleet is short (see :meth:`SlicedBudget._poll_in`).
     """
-    if rt._tg is not None:
-        raise RuntimeError("attach() a fleet budget before entering the Runtime")
-    if rt._budget is not None:
-        raise ValueError(
-            "this Runtime has a budget of its own (Runtime(limits=...)): a host of a fleet "
-            "takes its budget from the fleet's ledger"
-        )
     if not isinstance(limits, Limits):
-        raise TypeError(f"attach(limits=...) must be a tether.Limits, got {limits!r}")
+        raise TypeError(f"share_budget(limits=...) must be a tether.Limits, got {limits!r}")
     if limits.max_total_tokens is None and limits.max_cost_usd is None:
-        raise ValueError("attach() needs limits with max_total_tokens or max_cost_usd")
+        raise ValueError("share_budget() needs limits with max_total_tokens or max_cost_usd")
     for name, value in (("poll_s", poll_s), ("idle_poll_s", idle_poll_s)):
         if not value > 0:
-            raise ValueError(f"attach({name}=...) must be > 0, got {value!r}")
-    budget = SlicedBudget(
+            raise ValueError(f"share_budget({name}=...) must be > 0, got {value!r}")
+    return SlicedBudget(
         name="runtime.",
         max_total_tokens=None if limits.max_total_tokens is None else 0,
         max_cost_usd=None if limits.max_cost_usd is None else 0.0,
@@ -787,6 +770,3 @@ def attach(
         fleet_max_tokens=limits.max_total_tokens,
         fleet_max_cost=limits.max_cost_usd,
     )
-    # The Runtime reads its budget when it is entered (RuntimeServices).
-    rt._budget = budget
-    return budget

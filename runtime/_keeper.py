@@ -26,17 +26,21 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
-from tether.providers import Message, dump_messages
+from tether.providers import dump_messages
 
 from ._agent import Agent
 from ._durable import Durable
+from ._history import user_message
 from ._run import Run
 from ._runstore import Claim, LeaseLost, NewRun, RunNotFound, RunStore, RunStoreError
+
+if TYPE_CHECKING:
+    from ._startcheck import StartChecked
 
 
 class Keeper:
@@ -81,17 +85,17 @@ class Keeper:
         self,
         run_id: str,
         agent: Agent[Any, Any],
-        input: str,
-        messages: Sequence[Message],
+        checked: StartChecked,
         parent_run_id: str | None,
     ) -> None:
         """Create a run's record before the run begins (``Runtime.submit``), owned here."""
         self.agents.setdefault(agent.name, agent)
+        first = checked.first or user_message(checked.text)
         record = NewRun(
             run_id=run_id,
             agent=agent.name,
-            input=input,
-            messages=dump_messages(messages),
+            input=checked.text,
+            messages=dump_messages([*checked.history, first]),
             parent_run_id=parent_run_id,
             created_at=time.time(),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic
 
@@ -13,6 +13,7 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
+import tether.runtime._events as ev
 from tether.actors import spawn
 from tether.providers import Message, ModelSettings, TetherError
 
@@ -20,23 +21,25 @@ from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
-from ._history import check_history, user_message
-from ._input import RunInput, parts_input
+from ._fleetbudget import LedgerLink, SlicedBudget, slice_of
+from ._input import RunInput
 from ._keeper import Keeper
 from ._limits import Limits
-from ._perrun import RunExtras, prepare
+from ._perrun import prepare
+from ._reader import ReaderKind, TrailReader
 from ._result import RunResult
 from ._run import Run
 from ._runstore import Answer, RunNotFound, RunStore
 from ._services import RuntimeServices
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
+from ._startcheck import StartChecked, check_start
 from ._state import load_state
 from ._storedhandle import StoredEventStream, StoredRun
-from ._trail import EventStream, LiveEventStream, TextStream
+from ._trail import TextStream
 from ._transcript import Chat, Transcript, Turns
 
-#: A checked start: the input's text and first message, the run's extras, its history, its id.
-_Start = tuple[str, Message | None, RunExtras, Sequence[Message], str]
+#: A checked start: what :func:`check_start` made of its arguments, and the run's id.
+_Start = tuple[StartChecked, str]
 
 
 class BudgetExhausted(TetherError):
@@ -62,7 +65,23 @@ class RuntimeClosed(RuntimeError):
 
 
 @attrs.frozen(kw_only=True)
+class RuntimeHooks:
+    """Callbacks for an integration that hosts a Runtime (``tether.ray``'s hosts).
+
+    Both are called in the Runtime's event loop and must not block.
+    """
+
+    #: ``(endpoint key, seconds)``: a 429 with retry-after paused that provider
+    #: endpoint here (tell the other processes; see :meth:`Runtime.pause_gate`).
+    on_gate_pause: Callable[[str, float], object] | None = None
+    #: ``(run_id)``: a run left this Runtime: it finished, or parked in the run store.
+    on_run_left: Callable[[str], object] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class PendingApproval:
+    """A tool call a policy held for approval (``Verdict.ask``), waiting for an answer."""
+
     call_id: str
     name: str
     arguments: Any
@@ -70,7 +89,12 @@ class PendingApproval:
 
 
 class RunHandle(Generic[OutputT]):
-    """The host's handle on one run: its events, its result, and cancellation."""
+    """The host's handle on one run: its events, its result, and cancellation.
+
+    A :class:`~tether.runtime.RunHandleLike`, as ``RayRunHandle`` and
+    :class:`StoredRunHandle` are. ``agent``, ``parked`` and :meth:`reader` are
+    for integrations that host a Runtime (a run in flight here only).
+    """
 
     __slots__ = ("_run",)
 
@@ -85,7 +109,25 @@ class RunHandle(Generic[OutputT]):
     def done(self) -> bool:
         return self._run.result is not None
 
-    def events(self, *, deltas: bool = False) -> EventStream | LiveEventStream:
+    @property
+    def agent(self) -> Agent[Any, OutputT]:
+        """The agent the run runs."""
+        return self._run.agent
+
+    @property
+    def parked(self) -> bool:
+        """The run is durable and left this Runtime to wait in the run store (for
+        approvals, or lost to another owner): its result comes from the store."""
+        durable = self._run._durable
+        return durable is not None and durable.parked
+
+    def reader(self, kind: ReaderKind, *, start: int = 0, after_seam: int = -1) -> TrailReader:
+        """A batched reader of the run's trail from kept event ``start``, for serving
+        it to another process (see :class:`~tether.runtime.TrailReader`); ``after_seam``
+        is the seq of the last ``RunResumed`` the remote reader saw (-1: none)."""
+        return TrailReader(self._run.trail, kind, start, after_seam)
+
+    def events(self, *, deltas: bool = False) -> AsyncIterator[ev.Event]:
         """Every event of the run from the first, then live ones until ``RunFinished``.
 
         Events are kept by the run, so a slow reader never stalls it and never
@@ -139,8 +181,15 @@ class RunHandle(Generic[OutputT]):
                 f"use 'await rt.{verb}({self.run_id!r}, {call_id!r})'"
             )
 
-    def pending_approvals(self) -> list[PendingApproval]:
-        """The tool calls waiting for :meth:`approve` or :meth:`reject`."""
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """The tool calls waiting for :meth:`approve` or :meth:`reject`.
+
+        A coroutine on every handle (a handle's run may be in another process or
+        in the run store); for a run in flight here it answers at once.
+        """
+        return self._pending()
+
+    def _pending(self) -> list[PendingApproval]:
         return [
             PendingApproval(
                 call_id=a.call.id, name=a.call.name, arguments=a.call.input, reason=a.reason
@@ -185,7 +234,7 @@ class StoredRunHandle(RunHandle[Any]):
     def done(self) -> bool:
         return self._stored.result is not None
 
-    def events(self, *, deltas: bool = False) -> StoredEventStream:  # type: ignore[override]
+    def events(self, *, deltas: bool = False) -> AsyncIterator[ev.Event]:
         """The stored events from the first, then the owner's as it commits them."""
         if deltas:
             raise ValueError(
@@ -193,6 +242,17 @@ class StoredRunHandle(RunHandle[Any]):
                 "not stored; use events() without deltas"
             )
         return StoredEventStream(self._stored.store, self.run_id)
+
+    @property
+    def agent(self) -> Agent[Any, Any]:
+        raise ValueError(f"run {self.run_id!r} is not in flight in this Runtime")
+
+    @property
+    def parked(self) -> bool:
+        raise ValueError(f"run {self.run_id!r} is not in flight in this Runtime: ask its store")
+
+    def reader(self, kind: ReaderKind, *, start: int = 0, after_seam: int = -1) -> TrailReader:
+        raise ValueError(f"run {self.run_id!r} is not in flight in this Runtime: read its events()")
 
     def stream_text(self) -> TextStream:
         raise ValueError(
@@ -214,8 +274,9 @@ class StoredRunHandle(RunHandle[Any]):
     def reject(self, call_id: str, reason: str = "rejected") -> None:
         raise ValueError(f"use 'await rt.reject({self.run_id!r}, {call_id!r})' for a stored run")
 
-    def pending_approvals(self) -> list[PendingApproval]:
-        raise ValueError(f"use 'await rt.pending_approvals({self.run_id!r})' for a stored run")
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """The held calls of the run, as the store has them (none unless it is parked)."""
+        return await stored_pending(self._stored.store, self.run_id)
 
     async def result(self) -> RunResult[Any]:
         return await self._stored.wait_result()
@@ -227,6 +288,8 @@ class StoredRunHandle(RunHandle[Any]):
 
 class Runtime:
     """The root supervisor: one task group for all runs, shared gates and HTTP clients.
+
+    A :class:`~tether.runtime.RuntimeLike`, as ``tether.ray.RayRuntime`` is.
 
     ``async with tether.Runtime() as rt:`` works on asyncio and trio alike.
     On exit, runs still in flight get ``shutdown_grace_s`` to finish (none when
@@ -243,6 +306,8 @@ class Runtime:
     checkpointed at every round boundary, owned through a lease of ``lease_s``
     seconds that the Runtime renews; ``agents`` are the agents it can resume
     by name; ``resume=True`` claims and continues runs whose owner died.
+
+    ``hooks`` are an integration's callbacks (:class:`RuntimeHooks`).
     """
 
     def __init__(
@@ -260,8 +325,12 @@ class Runtime:
         agents: Sequence[Agent[Any, Any]] = (),
         lease_s: float = 30.0,
         resume: bool = False,
+        hooks: RuntimeHooks | None = None,
     ) -> None:
         self._keeper = _keeper(store, agents, lease_s, resume)
+        if hooks is not None and not isinstance(hooks, RuntimeHooks):
+            raise TypeError(f"Runtime(hooks=...) must be a RuntimeHooks, got {hooks!r}")
+        self._hooks = hooks or RuntimeHooks()
         for name, value in (
             ("max_concurrent_runs", max_concurrent_runs),
             ("provider_concurrency", provider_concurrency),
@@ -329,6 +398,7 @@ class Runtime:
             if self._sink_thread is not None and wants_deltas(self._sink)
             else None,
         )
+        self._services.on_gate_pause = self._hooks.on_gate_pause
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -427,41 +497,27 @@ class Runtime:
         history: Sequence[Message] | None = None,
         conversation: str | None = None,
     ) -> RunHandle[OutputT]:
-        """Start a run as :meth:`start` does, and return its handle once the run
-        store has its record: from then on any Runtime on the store finds it
-        (``rt.handle(run_id)``), and one with ``resume=True`` continues it if this
-        process dies, even before it began (it starts over). Without a store it
-        returns at once, as :meth:`start` does.
+        """:meth:`start`, returning once the run store has the run's record: from then
+        on any Runtime on the store finds it, and one with ``resume=True`` continues it
+        if this process dies, even before it began. Without a store: :meth:`start`.
 
-        The record is created before the run is prepared or queued, so it holds
-        the history and the first user message; a conversation's messages come
-        with the first checkpoint. A store error raises here, and no run starts.
-        Cancelled while the record is written, the write completes and the run
-        starts (its id is known to the store); the cancellation is delivered at
-        the caller's next await.
+        The record (history and first user message; a conversation's messages come
+        with the first checkpoint) is made before the run is prepared or queued. A
+        store error raises here and starts no run; cancelled during the write, the
+        run starts all the same (the cancellation lands at the caller's next await).
         """
         start = _check_start(self, agent, input, run_id, settings, deps, history, conversation)
         keeper = self._keeper
         if keeper is None:
             return self._launch(agent, start, parent_run_id, conversation, recorded=False)
-        text, first, _, past, run_id = start
+        checked, run_id = start
         self._recording.add(run_id)  # no start() may take the id while it is written
         try:
             with anyio.CancelScope(shield=True):
-                await keeper.record(
-                    run_id,
-                    agent,
-                    text,
-                    [*past, first or user_message(text)],
-                    parent_run_id,
-                )
+                await keeper.record(run_id, agent, checked, parent_run_id)
         finally:
             self._recording.discard(run_id)
         return self._launch(agent, start, parent_run_id, conversation, recorded=True)
-
-    def _check_free(self, run_id: str) -> None:
-        if run_id in self._runs or run_id in self._recording:
-            raise ValueError(f"a run with id {run_id!r} is already in flight")
 
     def _launch(
         self,
@@ -475,24 +531,24 @@ class Runtime:
         """Make the run and start its task (no await: it cannot be cut half made)."""
         if self._tg is None or self._services is None:
             raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
-        text, first, extras, past, run_id = start
+        checked, run_id = start
         if recorded:
-            self._check_free(run_id)  # (a run of that id cannot have been recorded twice)
+            _check_free(self, run_id)  # (a run of that id cannot have been recorded twice)
         chat = None
         if conversation is not None:
             assert self.conversations is not None
             chat = Chat(self.conversations, conversation, self._turns.take(conversation))
-        transcript = Transcript.of(agent, past, chat)
+        transcript = Transcript.of(agent, checked.history, chat)
         keeper = self._keeper
         durable = None if keeper is None else keeper.durable(run_id, agent, recorded=recorded)
         run = Run(
             self._services,
             agent,
-            text,
+            checked.text,
             run_id,
             parent_run_id,
-            first,
-            extras,
+            checked.first,
+            checked.extras,
             transcript=transcript,
             durable=durable,
         )
@@ -592,21 +648,6 @@ class Runtime:
             if not handle.done:
                 handle.cancel("the caller of Runtime.run() was cancelled")
 
-    def _check_conversation(self, conversation: object, history: object) -> None:
-        if self.conversations is None:
-            raise ValueError(
-                "conversation= needs a conversation store: create the Runtime with "
-                "tether.Runtime(conversations=tether.SQLiteConversationStore('chats.db')) "
-                "(or InMemoryConversationStore())"
-            )
-        if not isinstance(conversation, str) or not conversation:
-            raise TypeError(f"conversation= must be a non-empty str, got {conversation!r}")
-        if history is not None:
-            raise ValueError(
-                "pass history= or conversation=, not both: a conversation's history is "
-                "what its store holds"
-            )
-
     async def approve(self, run_id: str, call_id: str) -> None:
         """Let a held tool call run: of a run in flight here, or parked in the store.
 
@@ -643,26 +684,61 @@ class Runtime:
         """The held calls of run ``run_id``, in flight here or parked in the store."""
         run = self._runs.get(run_id)
         if run is not None:
-            return RunHandle[Any](run).pending_approvals()
+            return RunHandle[Any](run)._pending()
         if self._keeper is None:
             raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
-        stored = await self._keeper.store.get(run_id)
-        if stored is None:
-            raise RunNotFound(f"the run store has no run {run_id!r}")
-        if stored.status != "parked" or stored.checkpoint is None:
-            return []
-        held = load_state(stored.checkpoint).approvals
-        answered = {a.call_id for a in stored.answers}
-        return [
-            PendingApproval(call_id=i, name=p.call.name, arguments=p.call.input, reason=p.reason)
-            for i in stored.pending
-            if i not in answered and (p := held.get(i)) is not None
-        ]
+        return await stored_pending(self._keeper.store, run_id)
+
+    # ------------------------------------------------------------ for integrations
+
+    def in_flight(self, run_id: str) -> RunHandle[Any] | None:
+        """The handle of run ``run_id`` if it is in flight here (started or resumed
+        by this Runtime and not yet finished or parked), else ``None``."""
+        run = self._runs.get(run_id)
+        return None if run is None else RunHandle[Any](run)
+
+    @property
+    def owner(self) -> str | None:
+        """This Runtime's name in the run store's leases (``None``: no store)."""
+        return None if self._keeper is None else self._keeper.owner
+
+    def add_agent(self, agent: Agent[Any, Any]) -> None:
+        """Let this Runtime resume runs of ``agent`` too (as ``Runtime(agents=...)``
+        does); the first agent given for a name stays. Without a store, nothing to do."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"add_agent() wants a tether.Agent, got {agent!r}")
+        if self._keeper is not None:
+            self._keeper.agents.setdefault(agent.name, agent)
+
+    def pause_gate(self, key: str, seconds: float) -> None:
+        """Pause calls to provider endpoint ``key`` for ``seconds``, as a 429 with
+        retry-after here would (another process got one; see :class:`RuntimeHooks`).
+        Does nothing while the Runtime is not running."""
+        if self._services is not None:
+            self._services.pause_gate(key, seconds)
+
+    def share_budget(
+        self, link: LedgerLink, limits: Limits, *, poll_s: float = 0.05, idle_poll_s: float = 1.0
+    ) -> SlicedBudget:
+        """Make this Runtime (not yet entered) spend from a fleet's budget through
+        ``link`` (see :mod:`tether.runtime` on fleet budgets and
+        :class:`~tether.runtime.SlicedBudget` for ``poll_s``/``idle_poll_s``)."""
+        if self._tg is not None:
+            raise RuntimeError("share_budget() before entering the Runtime")
+        if self._budget is not None:
+            raise ValueError(
+                "this Runtime has a budget of its own (Runtime(limits=...)): a host of a fleet "
+                "takes its budget from the fleet's ledger"
+            )
+        self._budget = slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
+        return self._budget
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         if self._keeper is not None:
             self._keeper.forget(run_id)
+        if (left := self._hooks.on_run_left) is not None:
+            left(run_id)
 
     def _budget_spent(self, origin: str, hit: Hit) -> None:
         # The Runtime signals its runs; no run reaches into another.
@@ -709,6 +785,11 @@ class Runtime:
         return len(self._runs)
 
 
+def _check_free(rt: Runtime, run_id: str) -> None:
+    if run_id in rt._runs or run_id in rt._recording:
+        raise ValueError(f"a run with id {run_id!r} is already in flight")
+
+
 def _check_start(
     rt: Runtime,
     agent: Agent[Any, Any],
@@ -722,21 +803,39 @@ def _check_start(
     """A start's arguments checked (a clear error here, not in the run), and its id."""
     if rt._tg is None or rt._services is None:
         raise RuntimeClosed("use the Runtime inside 'async with tether.Runtime() as rt:'")
-    if not isinstance(agent, Agent):
-        raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
-    text, first = (input, None) if isinstance(input, str) else parts_input(input)
+    checked = check_start(
+        agent,
+        input,
+        settings=settings,
+        deps=deps,
+        history=history,
+        conversation=conversation,
+        conversations=rt.conversations,
+    )
     if rt._budget is not None and (hit := rt._budget.exhausted()) is not None:
         raise BudgetExhausted(
             f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "
             "raise it or reset it with Runtime.reset_budget()"
         )
-    extras = prepare(agent, settings, deps)
-    past = () if history is None else check_history(history)
-    if conversation is not None:
-        rt._check_conversation(conversation, history)
     run_id = run_id or rt.new_run_id()
-    rt._check_free(run_id)
-    return text, first, extras, past, run_id
+    _check_free(rt, run_id)
+    return checked, run_id
+
+
+async def stored_pending(store: RunStore, run_id: str) -> list[PendingApproval]:
+    """The held calls of run ``run_id`` as ``store`` has them (none unless parked)."""
+    stored = await store.get(run_id)
+    if stored is None:
+        raise RunNotFound(f"the run store has no run {run_id!r}")
+    if stored.status != "parked" or stored.checkpoint is None:
+        return []
+    held = load_state(stored.checkpoint).approvals
+    answered = {a.call_id for a in stored.answers}
+    return [
+        PendingApproval(call_id=i, name=p.call.name, arguments=p.call.input, reason=p.reason)
+        for i in stored.pending
+        if i not in answered and (p := held.get(i)) is not None
+    ]
 
 
 def _keeper(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import tether.runtime._events as ev
@@ -118,4 +118,18 @@ class StoredRun:
                 await self.resume(self.run_id)
 
 
-__all__ = ["StoredEventStream", "StoredRun"]
+async def stored_result(
+    store: RunStore, run_id: str, agents: Mapping[str, Agent[Any, Any]]
+) -> RunResult[Any]:
+    """The result of run ``run_id`` once ``store`` has it (wherever the run ran);
+    ``agents`` by name give its output type (``str`` for an agent not among them).
+    A ``KeyError`` if the store has no such run."""
+    stored = StoredRun(store, run_id, dict(agents), _no_spawn)
+    return await stored.wait_result()
+
+
+def _no_spawn(job: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    raise RuntimeError("a StoredRun that only waits for its result makes no requests")
+
+
+__all__ = ["StoredEventStream", "StoredRun", "stored_result"]

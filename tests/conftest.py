@@ -21,3 +21,6 @@ def _reset_calls() -> None:
 from .pg import pg_dsn as pg_dsn  # noqa: E402
 from .pg import pg_schema as pg_schema  # noqa: E402
 from .pg import pg_server as pg_server  # noqa: E402
+
+# Ray: ray_cluster, one local cluster per session (tests/ray_cluster.py).
+from .ray_cluster import ray_cluster as ray_cluster  # noqa: E402

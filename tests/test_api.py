@@ -46,6 +46,9 @@ CONTRACT_NAMES = [
     # docs/guides/settings-and-deps.md, docs/guides/history.md
     "ModelSettings",
     "RunContext",
+    # DESIGN §28
+    "RuntimeLike",
+    "RunHandleLike",
 ]
 
 CONTRACT_EVENTS = [

@@ -384,7 +384,7 @@ async def test_approval_approve_and_reject(approve: bool) -> None:
         requested = await first(handle, ev.ApprovalRequested)
         assert requested.call_id == "c1"
         assert requested.reason == "emails need a human"
-        pending = handle.pending_approvals()
+        pending = await handle.pending_approvals()
         assert [(p.call_id, p.name, p.arguments) for p in pending] == [
             ("c1", "send_email", {"to": "bob"})
         ]

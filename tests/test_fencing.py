@@ -1,5 +1,5 @@
-"""Fencing (docs/guides/durable.md): an owner whose lease may have lapsed starts no model call and no
-tool call, by its own clock; every owner writes, and its tools see, its lease epoch.
+"""Fencing (docs/guides/durable.md): an owner whose lease may have lapsed starts no model
+call and no tool call, by its own clock; every owner writes, and its tools see, its lease epoch.
 
 The store here is :class:`tests.memory_runstore.MemoryRunStore`: its leases are on the
 event loop's clock and its replies can come late, so each case is exact under trio's

@@ -30,7 +30,6 @@ from tether.runtime._fleetbudget import (
     LocalLedgerLink,
     SlicedBudget,
     Spent,
-    attach,
 )
 
 from .helpers import AUTOJUMP, assert_consistent, of, task_names
@@ -247,7 +246,7 @@ async def hosts(
     """``n`` Runtimes in this process, each a host of ``ledger``."""
     rts = [tether.Runtime(**kwargs) for _ in range(n)]
     slices = [
-        attach(rt, LocalLedgerLink(ledger, f"host-{i}", latency_s=latency_s), limits)
+        rt.share_budget(LocalLedgerLink(ledger, f"host-{i}", latency_s=latency_s), limits)
         for i, rt in enumerate(rts)
     ]
     FLEET[:] = slices
@@ -379,7 +378,7 @@ async def test_a_ledger_out_of_reach_is_not_the_runs_failure() -> None:
 
     ledger = BudgetLedger(max_total_tokens=1_000)
     rt = tether.Runtime()
-    budget = attach(rt, Flaky(ledger, "h"), tether.Limits(max_total_tokens=1_000))
+    budget = rt.share_budget(Flaky(ledger, "h"), tether.Limits(max_total_tokens=1_000))
     async with rt:
         result = await rt.run(tether.Agent(name="a", provider=Capped([Reply(text="hi")])), "q")
     assert result.termination is tether.Termination.ANSWERED
@@ -425,20 +424,20 @@ async def test_the_cost_budget_holds_across_hosts(watched: list[int]) -> None:
     assert cost >= ceiling - 3 * price.output / 1e6
 
 
-async def test_attach_is_a_seam_before_the_runtime_starts() -> None:
-    """attach() refuses a running Runtime, one with its own budget, and limits without a budget."""
+async def test_share_budget_is_a_seam_before_the_runtime_starts() -> None:
+    """share_budget() refuses a running Runtime, one with its own budget, limits without one."""
     ledger = BudgetLedger(max_total_tokens=100)
     link = LocalLedgerLink(ledger, "h")
     limits = tether.Limits(max_total_tokens=100)
     with pytest.raises(ValueError, match="budget of its own"):
-        attach(tether.Runtime(limits=limits), link, limits)
+        tether.Runtime(limits=limits).share_budget(link, limits)
     with pytest.raises(ValueError, match="max_total_tokens or max_cost_usd"):
-        attach(tether.Runtime(), link, tether.Limits())
+        tether.Runtime().share_budget(link, tether.Limits())
     async with tether.Runtime() as rt:
         with pytest.raises(RuntimeError, match="before entering"):
-            attach(rt, link, limits)
+            rt.share_budget(link, limits)
     rt = tether.Runtime()
-    attach(rt, link, limits)
+    rt.share_budget(link, limits)
     assert rt.budget is not None
     assert (rt.budget.max_total_tokens, rt.budget.max_cost_usd) == (0, None)
     async with rt:
@@ -466,7 +465,7 @@ async def test_closing_a_host_gives_its_remainder_back() -> None:
     ledger = BudgetLedger(max_total_tokens=1_000, hosts=1)
     limits = tether.Limits(max_total_tokens=1_000)
     rt = tether.Runtime()
-    attach(rt, LocalLedgerLink(ledger, "gone"), limits)
+    rt.share_budget(LocalLedgerLink(ledger, "gone"), limits)
     async with rt:
         result = await rt.run(tether.Agent(name="a", provider=Capped([Reply(text="hi")])), "q")
         assert ledger.status().granted_tokens >= 250

@@ -9,7 +9,6 @@ workers only, and no key is given to any provider here.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +21,12 @@ from tether.providers import Reply, ScriptedProvider, ToolCall
 
 from .providers import openai_wire as oai
 from .providers.fakes import fake_server, json_answer
+from .ray_cluster import HOST_KEY
 
 ray = pytest.importorskip("ray", reason="the 'ray' extra is not installed")
 from tether.ray import RayRunHandle, RayRuntime  # noqa: E402
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
-
-#: The key every host has in its environment (and the caller does not).
-HOST_KEY = "sk-test-from-the-hosts-environment-0123456789"
-
-
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[None]:
-    """One local Ray cluster for the session (logical CPUs: a host asks for one)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=8,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"OPENAI_API_KEY": HOST_KEY}},
-        )
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.timeout(120)]
 
 
 @tether.tool

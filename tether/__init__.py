@@ -33,11 +33,13 @@ from tether.runtime import Policy as Policy
 from tether.runtime import PolicyPoint as PolicyPoint
 from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
+from tether.runtime import RunHandleLike as RunHandleLike
 from tether.runtime import RunNotFound as RunNotFound
 from tether.runtime import RunResult as RunResult
 from tether.runtime import RunStore as RunStore
 from tether.runtime import RunStoreError as RunStoreError
 from tether.runtime import Runtime as Runtime
+from tether.runtime import RuntimeLike as RuntimeLike
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
 from tether.runtime import SQLiteRunStore as SQLiteRunStore
@@ -71,11 +73,13 @@ __all__ = [
     "RuleJudge",
     "RunContext",
     "RunHandle",
+    "RunHandleLike",
     "RunNotFound",
     "RunResult",
     "RunStore",
     "RunStoreError",
     "Runtime",
+    "RuntimeLike",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
     "SQLiteRunStore",

@@ -1,7 +1,7 @@
 """The PostgreSQL run store: durable runs shared by many machines (see docs/guides/postgres.md).
 
-:class:`PostgresRunStore` implements :class:`~tether.runtime.RunStore` (the
-module docstring of ``tether.runtime._runstore`` is the contract) on the
+:class:`PostgresRunStore` implements :class:`~tether.runtime.RunStore` (its
+docstring is the contract) on the
 plumbing the other PostgreSQL stores share (:mod:`._pg`): a connection pool
 used from worker threads (asyncio and trio alike), a versioned schema.
 
@@ -51,6 +51,9 @@ import psycopg
 from psycopg import sql
 
 from tether.runtime import (
+    JSON,
+    RUN_COLUMNS,
+    TOOL_COLUMNS,
     Answer,
     Claim,
     Control,
@@ -59,16 +62,11 @@ from tether.runtime import (
     RunStoreError,
     StoredRun,
     ToolRecord,
-)
-from tether.runtime._runrows import (
-    RUN_COLUMNS,
-    TOOL_COLUMNS,
     encode_json,
     renewal_epochs,
     run_of_row,
     tool_record_of_row,
 )
-from tether.runtime._runstore import JSON
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 from ._pg_listen import Listener, ListenerSlot
@@ -187,7 +185,7 @@ class PostgresRunStore(PostgresDatabase):
     """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
 
     ``PostgresRunStore(dsn, schema="tether")``; see the module docstring for
-    how it behaves and ``tether.runtime._runstore`` for what every method
+    how it behaves and :class:`tether.runtime.RunStore` for what every method
     guarantees. ``recheck_s`` bounds how long a follower goes without
     re-reading the run if a notification were lost (it is woken at once
     otherwise).

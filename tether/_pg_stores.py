@@ -22,9 +22,14 @@ from typing import ClassVar
 
 import psycopg
 
-from tether.runtime import ConversationStoreError, Lesson, LessonStoreError
-from tether.runtime._conversations import StoredConversations, _conflict
-from tether.runtime._lessons import StoredLessons
+from tether.runtime import (
+    ConversationStoreError,
+    Lesson,
+    LessonStoreError,
+    StoredConversations,
+    StoredLessons,
+    conversation_conflict,
+)
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 
@@ -111,7 +116,7 @@ class PostgresConversationStore(PostgresDatabase, StoredConversations):
             ).fetchone()
             length = int(str(row[0])) if row is not None else 0
             if expected is not None and length != expected:
-                raise _conflict(conversation, expected, length)
+                raise conversation_conflict(conversation, expected, length)
             if rows:
                 with conn.cursor() as cur:
                     cur.executemany(

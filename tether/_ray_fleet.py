@@ -1,12 +1,12 @@
 """The budget over all hosts of a :class:`tether.ray.RayRuntime` (``limits=``).
 
-One coordinator actor keeps the fleet's :class:`~tether.runtime._fleetbudget.BudgetLedger`
+One coordinator actor keeps the fleet's :class:`~tether.runtime.BudgetLedger`
 (a plain synchronous class: the actor serves one call at a time, so the ledger
 needs no lock). Each host's Runtime spends from a
-:class:`~tether.runtime._fleetbudget.SlicedBudget` that leases slices of it through
+:class:`~tether.runtime.SlicedBudget` that leases slices of it through
 a :class:`RayLedgerLink` (one actor call per contact, made by the host's budget
-keeper task, never by a run). See :mod:`tether.runtime._fleetbudget` for the
-slices, the end of the budget and the bound.
+keeper task, never by a run). See :class:`tether.runtime.SlicedBudget` and
+:class:`~tether.runtime.BudgetLedger` for the slices, the end of the budget and the bound.
 
 A host that dies is forgotten by the ledger (:meth:`Coordinator.forget`, which
 the caller's monitor calls): what it was granted and did not report used counts
@@ -20,8 +20,7 @@ from typing import Any
 import attrs
 
 from tether._ray_bridge import wait_ref
-from tether.runtime import Limits, Runtime
-from tether.runtime._fleetbudget import BudgetLedger, Grant, SlicedBudget, Spent, attach
+from tether.runtime import BudgetLedger, Grant, Limits, Runtime, SlicedBudget, Spent
 
 
 class Coordinator:
@@ -51,7 +50,7 @@ class Coordinator:
 
 @attrs.define
 class RayLedgerLink:
-    """A host's way to the coordinator (a :class:`~tether.runtime._fleetbudget.LedgerLink`)."""
+    """A host's way to the coordinator (a :class:`~tether.runtime.LedgerLink`)."""
 
     coordinator: Any
     owner: str
@@ -71,7 +70,7 @@ class RayLedgerLink:
 
 def join_budget(rt: Runtime, coordinator: Any, owner: str, limits: Limits) -> SlicedBudget:
     """Make ``rt`` (not entered yet) spend the fleet's budget, as ``owner``."""
-    return attach(rt, RayLedgerLink(coordinator, owner), limits)
+    return rt.share_budget(RayLedgerLink(coordinator, owner), limits)
 
 
 __all__ = ["Coordinator", "RayLedgerLink", "join_budget"]

@@ -31,18 +31,23 @@ from typing import Any, Literal
 import anyio
 import attrs
 
-import tether.runtime._events as ev
-from tether.runtime import Agent, Limits, RunHandle, Runtime
-from tether.runtime._deltas import DeltaBuffer
-from tether.runtime._run import Run
-from tether.runtime._runstore import RunStore
+from tether.runtime import (
+    Agent,
+    Limits,
+    ReaderKind,
+    RunHandle,
+    RunStore,
+    Runtime,
+    RuntimeHooks,
+    TrailReader,
+)
 
 #: One run to start: run id, agent name, input, options, the agent (if not shipped yet),
 #: the kinds of cursor to open with it, and whether to record it before replying
 #: (``RayRuntime.submit``: the host's ``Runtime.submit``).
 Start = tuple[str, str, Any, dict[str, Any], "Agent[Any, Any] | None", Sequence["Kind"], bool]
 #: What a follower reads: the kept events; the kept events with the live deltas; the text.
-Kind = Literal["events", "live", "text"]
+Kind = ReaderKind
 #: Where a run stands, as a poll or a result answers it: ``live`` (more to come
 #: here), ``finished`` (it ended here), ``moved`` (it left this host: parked in
 #: the store, or another host owns it now), ``unknown`` (this host never had it).
@@ -52,8 +57,6 @@ Status = Literal["live", "finished", "moved", "unknown"]
 KEEP_FINISHED_S = 120.0
 #: A follower not polled for this long is dropped (its reader went away).
 IDLE_FOLLOW_S = 120.0
-#: The most items one poll returns.
-MAX_BATCH = 2_000
 
 
 @attrs.frozen(kw_only=True)
@@ -93,55 +96,14 @@ class HostInfo:
 
 
 class _Follow:
-    """One reader's cursor on one run (see the module docstring)."""
+    """One reader's cursor on one run (see the module docstring): a
+    :class:`~tether.runtime.TrailReader`, and when it was last polled."""
 
-    __slots__ = ("buffer", "index", "kind", "run", "touched", "trail")
+    __slots__ = ("handle", "reader", "touched")
 
-    def __init__(self, run: Run, kind: Kind, start: int) -> None:
-        self.run, self.kind, self.trail = run, kind, run.trail
-        self.index = start
-        self.buffer: DeltaBuffer | None = None
-        if kind != "events":
-            self.buffer = self.trail.listen(DeltaBuffer(text_only=kind == "text"))
+    def __init__(self, handle: RunHandle[Any], reader: TrailReader) -> None:
+        self.handle, self.reader = handle, reader
         self.touched = time.monotonic()
-
-    def drain(self) -> list[Any]:
-        """What is there to read now, in order (at most :data:`MAX_BATCH` items)."""
-        trail, buffer = self.trail, self.buffer
-        if buffer is not None and buffer.text_only:
-            texts: list[Any] = []
-            while len(buffer) and len(texts) < MAX_BATCH:
-                delta = buffer.pop()
-                assert isinstance(delta, ev.TextDelta)
-                texts.append(delta.text)
-            return texts
-        if buffer is None or not len(buffer):
-            end = min(len(trail), self.index + MAX_BATCH)
-            out = trail.dumped(self.index)[: end - self.index]
-            self.index = end
-            return out
-        out = []
-        while len(out) < MAX_BATCH:
-            if buffer.ready(self.index):
-                out.append(ev.dump(buffer.pop()))
-            elif self.index < len(trail):
-                out.append(ev.dump(trail.event(self.index)))
-                self.index += 1
-            else:
-                break
-        return out
-
-    def done(self) -> bool:
-        """The run's trail is over here and this reader has read all of it."""
-        trail, buffer = self.trail, self.buffer
-        if buffer is not None and len(buffer):
-            return False
-        return trail.finished and (self.kind == "text" or self.index >= len(trail))
-
-    def close(self) -> None:
-        if self.buffer is not None:
-            self.trail.forget(self.buffer)
-            self.buffer = None
 
 
 class Host:
@@ -155,7 +117,7 @@ class Host:
         self._closing = asyncio.Event()
         self._main: asyncio.Task[None] | None = None
         #: Runs this host started or resumed, kept until collected (see KEEP_FINISHED_S).
-        self._runs: dict[str, Run] = {}
+        self._runs: dict[str, RunHandle[Any]] = {}
         self._finished_at: dict[str, float] = {}
         self._follows: dict[int, _Follow] = {}
         self._ids = itertools.count(1)
@@ -166,7 +128,7 @@ class Host:
         self._budget: Any = None
         #: Runs the caller started here, and those of them that ended, to send it.
         self._watched: set[str] = set()
-        self._done: list[tuple[Run, float]] = []
+        self._done: list[tuple[RunHandle[Any], float]] = []
         self._done_base = 0
         self._done_event = asyncio.Event()
 
@@ -184,6 +146,7 @@ class Host:
     async def _serve(self, ready: asyncio.Future[None]) -> None:
         config = self.config
         try:
+            hooks = RuntimeHooks(on_gate_pause=self._paused, on_run_left=self._ended)
             rt = Runtime(
                 max_concurrent_runs=config.max_concurrent_runs,
                 provider_concurrency=config.provider_concurrency,
@@ -194,6 +157,7 @@ class Host:
                 agents=list(config.agents) if config.store is not None else (),
                 lease_s=config.lease_s,
                 resume=config.store is not None,
+                hooks=hooks,
             )
             self._owner = _owner(rt, self.index)
             if config.coordinator is not None and config.limits is not None:
@@ -201,16 +165,6 @@ class Host:
 
                 self._budget = join_budget(rt, config.coordinator, self._owner, config.limits)
             async with rt:
-                services = rt._services
-                assert services is not None
-                services.on_gate_pause = self._paused
-                forget = services.run_finished
-
-                def finished(run_id: str) -> None:
-                    forget(run_id)
-                    self._ended(run_id)
-
-                services.run_finished = finished
                 self._rt = rt
                 ready.set_result(None)
                 while not self._closing.is_set():
@@ -228,7 +182,7 @@ class Host:
         """Forget results nobody collected, and followers nobody polls any more."""
         now = time.monotonic()
         while self._done and now - self._done[0][1] > KEEP_FINISHED_S:
-            self.forget(self._done.pop(0)[0].id)
+            self.forget(self._done.pop(0)[0].run_id)
             self._done_base += 1
         for run_id, at in list(self._finished_at.items()):
             if now - at > KEEP_FINISHED_S:
@@ -236,14 +190,14 @@ class Host:
                 del self._finished_at[run_id]
         for fid, follow in list(self._follows.items()):
             if now - follow.touched > IDLE_FOLLOW_S:
-                follow.close()
+                follow.reader.close()
                 del self._follows[fid]
 
-    def _run(self, run_id: str) -> Run | None:
+    def _run(self, run_id: str) -> RunHandle[Any] | None:
         """The run ``run_id`` as this host knows it: started or resumed here."""
         run = self._runs.get(run_id)
         if run is None and self._rt is not None:
-            run = self._rt._runs.get(run_id)  # resumed here by the keeper
+            run = self._rt.in_flight(run_id)  # resumed here by the keeper
             if run is not None:
                 self._runs[run_id] = run
         return run
@@ -292,8 +246,7 @@ class Host:
         the run store has its record (only then awaited: a start is sync)."""
         if agent is not None:
             self.agents[agent.name] = agent
-            if rt._keeper is not None:
-                rt._keeper.agents.setdefault(agent.name, agent)
+            rt.add_agent(agent)
         found = self.agents.get(agent_name)
         if found is None:
             raise LookupError(f"unknown agent {agent_name!r}")
@@ -301,10 +254,9 @@ class Host:
             handle = await rt.submit(found, input, run_id=run_id, **options)
         else:
             handle = rt.start(found, input, run_id=run_id, **options)
-        run = handle._run
-        self._runs[run_id] = run
+        self._runs[run_id] = handle
         self._watched.add(run_id)
-        return [self._open(run, kind, 0) for kind in follows]
+        return [self._open(handle, kind, 0) for kind in follows]
 
     def _ended(self, run_id: str) -> None:
         """A run left the Runtime (finished, or parked): its caller hears of it."""
@@ -328,7 +280,7 @@ class Host:
             cursor = self._done_base
         if (seen := cursor - self._done_base) > 0:
             for run, _ in self._done[:seen]:
-                self.forget(run.id)
+                self.forget(run.run_id)
             del self._done[:seen]
             self._done_base = cursor
         if not self._done:
@@ -337,16 +289,17 @@ class Host:
                 await self._done_event.wait()
         out: list[tuple[str, Status, dict[str, Any] | None, str | None]] = []
         for run, _ in self._done:
-            result = run.result
-            if result is None:
-                out.append((run.id, "moved", None, None))
+            if not run.done:
+                out.append((run.run_id, "moved", None, None))
             else:
-                out.append((run.id, "finished", result.dump(), run.agent.name))
+                result = await run.result()  # at once: it is done
+                out.append((run.run_id, "finished", result.dump(), run.agent.name))
         return out, self._done_base + len(self._done), self._started_at
 
-    def _open(self, run: Run, kind: Kind, start: int) -> int:
+    def _open(self, run: RunHandle[Any], kind: Kind, start: int, after_seam: int = -1) -> int:
         fid = next(self._ids)
-        self._follows[fid] = _Follow(run, kind, start)
+        reader = run.reader(kind, start=start, after_seam=after_seam)
+        self._follows[fid] = _Follow(run, reader)
         return fid
 
     async def result(self, run_id: str) -> tuple[Status, dict[str, Any] | None, str | None]:
@@ -356,7 +309,7 @@ class Host:
         run = self._run(run_id)
         if run is None:
             return "unknown", None, None
-        result = await RunHandle[Any](run).result()
+        result = await run.result()
         self._finished_at.setdefault(run_id, time.monotonic())
         return "finished", result.dump(), run.agent.name
 
@@ -377,13 +330,7 @@ class Host:
         run = self._run(run_id)
         if run is None:
             return None
-        trail = run.trail
-        if kind != "text":
-            for seq in range(after_seam + 1, min(start, len(trail))):
-                if isinstance(trail.event(seq), ev.RunResumed):
-                    start = seq
-                    break
-        return self._open(run, kind, start)
+        return self._open(run, kind, start, after_seam)
 
     async def poll(
         self, fid: int, timeout_s: float, linger_s: float = 0.002
@@ -393,31 +340,31 @@ class Host:
         if follow is None:
             return [], "unknown"
         follow.touched = time.monotonic()
-        trail = follow.trail
+        reader = follow.reader
         items: list[Any] = []
         with anyio.move_on_after(timeout_s):
-            while not (items := follow.drain()) and not trail.finished:
-                await trail.wait_change()
-        if items and linger_s and not trail.finished and len(items) < MAX_BATCH:
+            while not (items := reader.drain()) and not reader.finished:
+                await reader.wait_change()
+        if items and linger_s and not reader.finished and len(items) < TrailReader.MAX_BATCH:
             # A short wait gathers what the run does next into the same batch.
             await anyio.sleep(linger_s)
-            items += follow.drain()
-        if not follow.done():
+            items += reader.drain()
+        if not reader.done():
             return items, "live"
-        follow.close()
+        reader.close()
         del self._follows[fid]
-        return items, "finished" if follow.run.result is not None else "moved"
+        return items, "finished" if follow.handle.done else "moved"
 
     def unfollow(self, fid: int) -> None:
         follow = self._follows.pop(fid, None)
         if follow is not None:
-            follow.close()
+            follow.reader.close()
 
     async def cancel(self, run_id: str, reason: str) -> None:
         """Cancel the run: in flight here, or (with a store) wherever it is."""
         rt = await self._runtime()
         run = self._run(run_id)
-        if run is not None and run.result is None and not _left(run):
+        if run is not None and not run.done and not run.parked:
             run.cancel(reason)
             return
         with contextlib.suppress(KeyError):
@@ -426,7 +373,7 @@ class Host:
     async def stop(self, run_id: str) -> None:
         rt = await self._runtime()
         run = self._run(run_id)
-        if run is not None and run.result is None and not _left(run):
+        if run is not None and not run.done and not run.parked:
             run.stop()
             return
         with contextlib.suppress(KeyError):
@@ -442,8 +389,16 @@ class Host:
         self._run(run_id)  # resumed here by the answer: keep it for its handles
 
     async def pending(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's held calls: of a run this host has (none once it ended, as on a
+        ``RunHandle``), else as the Runtime finds them (in flight, or in the store)."""
         rt = await self._runtime()
-        return [attrs.asdict(p) for p in await rt.pending_approvals(run_id)]
+        run = self._run(run_id)
+        found = (
+            await run.pending_approvals()
+            if run is not None and not run.parked
+            else await rt.pending_approvals(run_id)
+        )
+        return [attrs.asdict(p) for p in found]
 
     async def has(self, run_id: str) -> bool:
         await self._runtime()
@@ -467,9 +422,8 @@ class Host:
 
     def pause(self, key: str, seconds: float) -> None:
         """Another host got a 429 with retry-after from this endpoint: wait it out here too."""
-        rt = self._rt
-        if rt is not None and rt._services is not None:
-            rt._services.pause_gate(key, seconds)
+        if self._rt is not None:
+            self._rt.pause_gate(key, seconds)
 
     async def close(self, graceful: bool = True) -> None:
         """Exit the Runtime: runs get its shutdown grace (none unless ``graceful``),
@@ -485,16 +439,7 @@ class Host:
 
 def _owner(rt: Runtime, index: int) -> str:
     """A host process's name: its Runtime's lease owner id, or one like it."""
-    keeper = rt._keeper
-    if keeper is not None:
-        return keeper.owner
-    return f"{socket.gethostname()}:{os.getpid()}:host-{index}"
-
-
-def _left(run: Run) -> bool:
-    """The run left this host (parked in the store, or lost to another owner)."""
-    durable = run._durable
-    return durable is not None and durable.parked
+    return rt.owner or f"{socket.gethostname()}:{os.getpid()}:host-{index}"
 
 
 __all__ = ["Host", "HostConfig", "HostInfo", "Kind", "Status"]

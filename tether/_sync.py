@@ -7,8 +7,7 @@ from typing import Any, Literal
 import anyio
 
 from tether.providers import ModelSettings
-from tether.runtime import Agent, RunInput, RunResult, Runtime
-from tether.runtime._agent import DepsT, OutputT
+from tether.runtime import Agent, DepsT, OutputT, RunInput, RunResult, Runtime
 
 
 def run_sync(

@@ -9,7 +9,7 @@ put servers in an agent's tools beside plain ones::
     search = MCPServerHTTP("http://127.0.0.1:8000/mcp", tool_filter=["search"])
     agent = tether.Agent(name="a", provider=..., tools=[add, files, search])
 
-The Runtime owns each server's connection (see ``tether.runtime._toolsets``):
+The Runtime owns each server's connection (see :class:`tether.runtime.Toolset`):
 opened by the first run that needs it, shared by all runs, reopened within the
 server's ``restart`` policy when it dies, closed when the Runtime exits; its
 tools are listed once per connection and again on

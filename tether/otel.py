@@ -71,8 +71,7 @@ except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check th
     ) from exc
 
 from tether import events as ev
-from tether.runtime import Termination
-from tether.runtime._sinks import EventSink, combine
+from tether.runtime import EventSink, Termination, combine
 
 __all__ = ["EventSink", "OtelSink", "combine"]
 

@@ -69,7 +69,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.ray needs Ray: pip install 'tether[ray]'") from exc
 
-import tether.runtime._events as ev
+from tether import events as ev
 from tether._ray_bridge import wait_ref
 from tether._ray_host import Host, HostConfig, HostInfo, Kind
 from tether.providers import Message, ModelSettings
@@ -77,20 +77,21 @@ from tether.runtime import (
     Agent,
     BudgetExhausted,
     ConversationStore,
+    DepsT,
     InMemoryConversationStore,
     Limits,
+    OutputT,
+    PendingApproval,
+    RunInput,
     RunNotFound,
     RunResult,
     RunStore,
+    RuntimeClosed,
     Termination,
     Usage,
+    check_start,
+    stored_result,
 )
-from tether.runtime._agent import DepsT, OutputT
-from tether.runtime._history import check_history
-from tether.runtime._input import RunInput, parts_input
-from tether.runtime._perrun import prepare
-from tether.runtime._runtime import PendingApproval, RuntimeClosed
-from tether.runtime._storedhandle import StoredRun
 
 #: The errors that mean a host's process is gone (or restarting).
 HOST_LOST: tuple[type[BaseException], ...] = (
@@ -150,7 +151,9 @@ def _check_arguments(
 
 
 class RayRuntime:
-    """The :class:`tether.Runtime` interface over ``hosts`` Ray actors (see the module).
+    """The :class:`tether.Runtime` interface over ``hosts`` Ray actors (see the module):
+    a :class:`tether.RuntimeLike`, whose start-time checks are ``Runtime``'s
+    (:func:`tether.runtime.check_start`).
 
     ``address``: ``None`` uses the Ray of this process, starting a local
     cluster if there is none (stopped again on exit); ``"auto"`` or
@@ -460,24 +463,17 @@ class RayRuntime:
         """
         if self._tg is None:
             raise RuntimeClosed("use the RayRuntime inside 'async with RayRuntime() as rt:'")
-        if not isinstance(agent, Agent):
-            raise TypeError(f"start() wants a tether.Agent, got {type(agent).__name__}")
+        # The checks of every runtime; the run is sent with its arguments as given.
+        check_start(
+            agent,
+            input,
+            settings=settings,
+            deps=deps,
+            history=history,
+            conversation=conversation,
+            conversations=self.conversations,
+        )
         self._know(agent)
-        if not isinstance(input, str):
-            parts_input(input)  # checked here, sent as given
-        prepare(agent, settings, deps)
-        if history is not None:
-            check_history(history)
-        if conversation is not None:
-            if self.conversations is None:
-                raise ValueError(
-                    "conversation= needs a conversation store: "
-                    "RayRuntime(conversations=tether.SQLiteConversationStore('chats.db'))"
-                )
-            if not isinstance(conversation, str) or not conversation:
-                raise TypeError(f"conversation= must be a non-empty str, got {conversation!r}")
-            if history is not None:
-                raise ValueError("pass history= or conversation=, not both")
         if self._budget_spent:
             raise BudgetExhausted("the RayRuntime's budget is spent (limits=... over all hosts)")
         if host is not None and (not isinstance(host, int) or not 0 <= host < self._n):
@@ -699,7 +695,7 @@ class _Results:
 @attrs.frozen
 class FleetBudget:
     """:meth:`RayRuntime.budget`: the ledger's status and each host's slice, as dicts
-    (``LedgerStatus`` and ``SliceStatistics`` of :mod:`tether.runtime._fleetbudget`)."""
+    (``LedgerStatus`` and ``SliceStatistics`` of :mod:`tether.runtime`)."""
 
     ledger: dict[str, Any]
     #: Per host index; ``None`` for a host that is dead or restarting.
@@ -707,10 +703,8 @@ class FleetBudget:
 
 
 class RayRunHandle(Generic[OutputT]):
-    """A run of a :class:`RayRuntime`: the :class:`tether.RunHandle` interface.
-
-    ``pending_approvals()`` is a coroutine here (the run is in another
-    process). The handle follows its run across hosts (see the module).
+    """A run of a :class:`RayRuntime`: a :class:`tether.RunHandleLike`, as a
+    :class:`tether.RunHandle` is. The handle follows its run across hosts (see the module).
     """
 
     def __init__(
@@ -796,9 +790,7 @@ class RayRunHandle(Generic[OutputT]):
         """No host has the run: from the store where it finished; else it crashed."""
         store = self._rt.store
         if store is not None and await store.get(self.run_id) is not None:
-            agents = dict(self._rt._agents)
-            stored = StoredRun(store, self.run_id, agents, self._rt._spawn)
-            result: RunResult[OutputT] = await stored.wait_result()
+            result: RunResult[OutputT] = await stored_result(store, self.run_id, self._rt._agents)
             return result
         self._unknown()
         return self._crashed()
@@ -934,6 +926,7 @@ class RayRunHandle(Generic[OutputT]):
             i = await self._where()
             if i is None:
                 if rt.store is None:
+                    self._unknown()  # a KeyError for a run no host ever had
                     return [] if method == "pending" else None  # it is gone
                 i = rt._pick(None)
             try:

@@ -219,3 +219,40 @@ def mcp_servers() -> tether.Agent:
     web = MCPServerHTTP("http://127.0.0.1:8000/mcp", {"Authorization": "x"}, tool_filter=["q"])
     picky = MCPServerHTTP("http://127.0.0.1:8001/mcp", tool_filter=lambda name: name != "rm")
     return tether.Agent(name="m", provider=ScriptedProvider([]), tools=[add, files, web, picky])
+
+
+# ---------------------------------------------------------- DESIGN §28: one runtime interface
+
+
+async def anywhere(rt: tether.RuntimeLike, planner: tether.Agent[Any, Trip]) -> None:
+    """Code written against the interface, whichever runtime runs it."""
+    async with rt as entered:
+        handle = entered.start(planner, "q")
+        assert_type(handle, tether.RunHandleLike[Trip])
+        async for event in handle.events():
+            if isinstance(event, events.ApprovalRequested):
+                handle.approve(event.call_id)
+        for pending in await handle.pending_approvals():
+            handle.reject(pending.call_id, "no")
+        chunks: list[str] = [chunk async for chunk in handle.stream_text()]
+        assert_type(await handle.result(), tether.RunResult[Trip])
+        assert_type((await entered.run(planner, "q")).output, Trip | None)
+        again: tether.RunHandleLike[Any] = entered.handle(handle.run_id)
+        await entered.approve(again.run_id, "c1")
+        del chunks
+
+
+def conforming(store: tether.RunStore) -> list[tether.RuntimeLike]:
+    """Runtime and RayRuntime are RuntimeLike; their handles (the stored one too) RunHandleLike."""
+    from tether.ray import RayRunHandle, RayRuntime
+    from tether.runtime import StoredRunHandle
+
+    plain: tether.RuntimeLike = tether.Runtime()
+    ray: tether.RuntimeLike = RayRuntime(hosts=2, store=store)
+    handles: list[type[tether.RunHandleLike[Any]]] = [
+        tether.RunHandle,
+        RayRunHandle,
+        StoredRunHandle,
+    ]
+    del handles
+    return [plain, ray]
