@@ -169,7 +169,7 @@ from ._toolsets import ToolFilter as ToolFilter
 from ._toolsets import Toolset as Toolset
 from ._toolsets import ToolsetSession as ToolsetSession
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Agent",
     "Answer",
     "ApprovalAnswered",

@@ -29,6 +29,7 @@ EXPECTED_ROWS = {
 }
 
 
+@pytest.mark.slow  # .ci/run also runs `python -m benchmarks --quick` as a step of its own
 @pytest.mark.timeout(180)
 def test_quick_benchmarks_print_every_row_verified(tmp_path: Path) -> None:
     """`benchmarks --quick` prints and writes every expected row, each measured and verified."""
@@ -85,6 +86,7 @@ def test_only_rejects_an_unknown_benchmark() -> None:
     assert "unknown benchmark" in proc.stderr
 
 
+@pytest.mark.slow  # Ray clusters of 1 and 2 hosts
 @pytest.mark.timeout(180)
 def test_ray_scaling_quick_prints_every_side_verified() -> None:
     """`benchmarks.ray_scaling --quick`: the plain Runtime and RayRuntimes of 1 and 2 hosts,

@@ -15,6 +15,7 @@ SUMMARY = re.compile(r"^agent-\d{3}  \S.* → (\w+)$")
 HOST = re.compile(r"^host (\d+) \(pid \d+ on \S+\): (\d+) runs$", re.M)
 
 
+@pytest.mark.slow  # a Ray cluster in a subprocess; tests/test_ray.py keeps one in the default tier
 @pytest.mark.timeout(150)
 def test_ray_demo_subprocess_runs_every_agent_over_two_hosts() -> None:
     """`tether ray-demo --hosts 2 --agents 20 --plain`: 20 summaries, the tally, a line

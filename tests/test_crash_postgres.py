@@ -26,7 +26,8 @@ def postgres_store(schema: str) -> tether.RunStore:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+# A crash campaign: asyncio in the default tier, trio in the slow one (pytest -m slow).
+@pytest.mark.parametrize("backend", ["asyncio", pytest.param("trio", marks=pytest.mark.slow)])
 def test_postgres_survives_sigkill(
     pg_server: PgServer, pg_schema: str, tmp_path: Path, backend: str
 ) -> None:

@@ -18,7 +18,8 @@ def sqlite_store(path: str) -> tether.RunStore:
     return tether.SQLiteRunStore(path, poll_s=0.02)
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+# A crash campaign: asyncio in the default tier, trio in the slow one (pytest -m slow).
+@pytest.mark.parametrize("backend", ["asyncio", pytest.param("trio", marks=pytest.mark.slow)])
 def test_sqlite_survives_sigkill(tmp_path: Path, backend: str) -> None:
     """200 runs killed twice mid-flight end once each, gap-free, paid in full, no call redone."""
     seed = int(os.environ.get("TETHER_CRASH_SEED", "0")) or int.from_bytes(os.urandom(4), "big")

@@ -15,7 +15,8 @@ from tether.runtime._run import Run
 
 from .test_durable import asker, effects
 
-pytestmark = pytest.mark.anyio
+# The slow tier: tests/test_allocation.py parks 200 runs in the default one.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 #: Runs parked at once, per backend: 10,000 on one, fewer on the other (the
 #: bookkeeping is the same; SQLite's writes, three per run, are about half the time).

@@ -61,6 +61,8 @@ _CLAIMER = textwrap.dedent(
 )
 
 
+# Processes racing: asyncio in the default tier, trio in the slow one (pytest -m slow).
+@pytest.mark.parametrize("anyio_backend", ["asyncio", pytest.param("trio", marks=pytest.mark.slow)])
 async def test_processes_racing_for_expired_leases_claim_each_run_once(
     pg_server: PgServer, pg_schema: str, anyio_backend: str
 ) -> None:

@@ -209,6 +209,8 @@ async def test_foreign_tables_are_refused_untouched(
     assert _snapshot(pg_server, pg_schema) == before
 
 
+# Processes racing: asyncio in the default tier, trio in the slow one (pytest -m slow).
+@pytest.mark.parametrize("anyio_backend", ["asyncio", pytest.param("trio", marks=pytest.mark.slow)])
 async def test_two_processes_create_the_tables_at_once(
     pg_server: PgServer, pg_schema: str, anyio_backend: str
 ) -> None:

@@ -1,9 +1,11 @@
 """tether.ray: RayRuntime over a local Ray cluster of 2 hosts, from asyncio and trio callers.
 
 The cluster is started once per session (``ray_cluster``); each test makes its
-own RayRuntime (two host processes). Hosts read their API keys from their own
-environment: the cluster is started with ``OPENAI_API_KEY`` set for its
-workers only, and no key is given to any provider here.
+own RayRuntime (two host processes). All but one test are in the slow tier
+(``pytest -m slow``); the default tier keeps the first, a run on Ray ending as on
+a plain Runtime, so it still starts a cluster and runs on its hosts. Hosts read
+their API keys from their own environment: the cluster is started with
+``OPENAI_API_KEY`` set for its workers only, and no key is given to any provider here.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ async def test_runs_end_as_on_a_plain_runtime_with_the_same_trail(ray_cluster: N
     assert handle.done
 
 
+@pytest.mark.slow
 async def test_deltas_and_text_stream_from_the_host(ray_cluster: None) -> None:
     """events(deltas=True) and stream_text() asked right after start() get all the text."""
     text = "tether streams text from a host to its caller"
@@ -124,6 +127,7 @@ async def test_deltas_and_text_stream_from_the_host(ray_cluster: None) -> None:
     assert [e for e in live if not isinstance(e, ev.TextDelta | ev.ToolCallDelta)] == list(kept)
 
 
+@pytest.mark.slow
 async def test_runs_go_to_the_least_loaded_host(ray_cluster: None) -> None:
     """Ten slow runs started at once are spread evenly over two hosts."""
     agent = _walker(rounds=1, latency_s=2.0)
@@ -136,6 +140,7 @@ async def test_runs_go_to_the_least_loaded_host(ray_cluster: None) -> None:
     assert {r.termination for r in results} == {tether.Termination.ANSWERED}
 
 
+@pytest.mark.slow
 async def test_a_cancel_reaches_the_run_on_its_host(ray_cluster: None) -> None:
     """cancel() ends the run on the host that holds it, with the reason; stop() ends it
     after its round; the event stream ends with the run."""
@@ -161,6 +166,7 @@ async def test_a_cancel_reaches_the_run_on_its_host(ray_cluster: None) -> None:
     assert gently.error == "stopped"
 
 
+@pytest.mark.slow
 async def test_a_caller_cancelled_while_waiting_cancels_the_run(ray_cluster: None) -> None:
     """rt.run() cancelled by its caller cancels the run on the host; nothing stays there."""
     agent = _walker(rounds=50, latency_s=0.2)
@@ -173,6 +179,7 @@ async def test_a_caller_cancelled_while_waiting_cancels_the_run(ray_cluster: Non
         await _settled(rt)
 
 
+@pytest.mark.slow
 async def test_a_stream_closed_early_frees_its_cursor_on_the_host(ray_cluster: None) -> None:
     """A reader that stops (aclose) leaves nothing on the host while the run goes on."""
     agent = _walker(rounds=50, latency_s=0.1)
@@ -188,6 +195,7 @@ async def test_a_stream_closed_early_frees_its_cursor_on_the_host(ray_cluster: N
         await _settled(rt)
 
 
+@pytest.mark.slow
 async def test_ray_restarts_a_killed_host_and_runs_go_there_again(ray_cluster: None) -> None:
     """Within its restart policy a killed host comes back (a new process), takes runs
     again, and gets the agents it lost with its old process sent anew."""
@@ -207,6 +215,7 @@ async def test_ray_restarts_a_killed_host_and_runs_go_there_again(ray_cluster: N
         assert (await rt.run(agent, "2 + 3?")).output == "The sum is 5."
 
 
+@pytest.mark.slow
 async def test_a_cancel_reaches_a_run_resumed_on_another_host(
     ray_cluster: None, tmp_path: Path
 ) -> None:
@@ -231,6 +240,7 @@ async def test_a_cancel_reaches_a_run_resumed_on_another_host(
     assert _gap_free(result.events)
 
 
+@pytest.mark.slow
 async def test_bad_arguments_are_clear_errors(ray_cluster: None, tmp_path: Path) -> None:
     """What cannot work is refused where it is given, with what to do instead."""
     with pytest.raises(ValueError, match="hosts"):
@@ -261,6 +271,7 @@ async def test_bad_arguments_are_clear_errors(ray_cluster: None, tmp_path: Path)
         assert (await rt.run(agent, "still fine")).ok
 
 
+@pytest.mark.slow
 async def test_a_dead_hosts_runs_end_crashed_without_a_store(ray_cluster: None) -> None:
     """No store shared by the hosts: a run whose host is killed ends ``crashed`` with the
     reason, exactly once, in its result and at the end of its event stream; a run on the
@@ -290,6 +301,7 @@ async def test_a_dead_hosts_runs_end_crashed_without_a_store(ray_cluster: None) 
     assert result.events[-1] == finished[0]
 
 
+@pytest.mark.slow
 async def test_a_killed_host_s_runs_resume_on_the_other_host(
     ray_cluster: None, tmp_path: Path
 ) -> None:
@@ -338,6 +350,7 @@ async def test_a_killed_host_s_runs_resume_on_the_other_host(
             assert stream == list(result.events)
 
 
+@pytest.mark.slow
 async def test_a_parked_run_is_approved_through_any_host(ray_cluster: None, tmp_path: Path) -> None:
     """A durable run held for approval parks in the store; rt.pending_approvals and
     rt.approve reach it from the RayRuntime, and the handle's result is the answer."""
@@ -358,6 +371,7 @@ async def test_a_parked_run_is_approved_through_any_host(ray_cluster: None, tmp_
     assert [(e.call_id, e.approved) for e in approved] == [("call_1", True)]
 
 
+@pytest.mark.slow
 async def test_a_429_pauses_that_endpoint_on_every_host(ray_cluster: None) -> None:
     """Host 0 gets a 429 with retry-after: 1; a run started on host 1 just after waits
     the pause out (ProviderWait) before it sends. Each host sent its own environment's
@@ -389,6 +403,7 @@ async def test_a_429_pauses_that_endpoint_on_every_host(ray_cluster: None) -> No
     assert os.environ.get("OPENAI_API_KEY") != HOST_KEY
 
 
+@pytest.mark.slow
 async def test_a_handle_from_run_id_follows_a_run_it_did_not_start(ray_cluster: None) -> None:
     """rt.handle(run_id) finds the host holding a run and reads it like the starting handle."""
     agent = _walker(rounds=2, latency_s=0.1)
@@ -404,6 +419,7 @@ async def test_a_handle_from_run_id_follows_a_run_it_did_not_start(ray_cluster: 
             await rt.handle("nobody").result()
 
 
+@pytest.mark.slow
 async def test_a_conversation_stays_on_one_host(ray_cluster: None, tmp_path: Path) -> None:
     """The runs of one conversation go to one host, in order; the second sees the first."""
     seen: list[int] = []
@@ -423,6 +439,7 @@ async def test_a_conversation_stays_on_one_host(ray_cluster: None, tmp_path: Pat
     assert len(two.messages) == 4
 
 
+@pytest.mark.slow
 async def test_waiting_handles_hold_no_thread(ray_cluster: None) -> None:
     """Two hundred callers waiting on results (and as many on events) add no thread."""
     import threading
@@ -449,6 +466,7 @@ async def test_waiting_handles_hold_no_thread(ray_cluster: None) -> None:
     assert during[0] - before < 10
 
 
+@pytest.mark.slow
 async def test_provider_concurrency_holds_across_the_fleet(ray_cluster: None) -> None:
     """provider_concurrency=2 over 2 hosts: the endpoint never serves more than 2
     requests at once, though 8 runs on both hosts want it at the same time."""
@@ -511,6 +529,7 @@ async def _refused(rt: RayRuntime, agent: tether.Agent) -> bool:
     return False
 
 
+@pytest.mark.slow
 async def test_four_hosts_and_400_runs_hold_one_fleet_budget(ray_cluster: None) -> None:
     """limits= over 4 hosts, 400 runs at once: the fleet spends its whole budget and
     overshoots it by no more than the stated bound (the input of the calls that crossed

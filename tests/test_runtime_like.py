@@ -40,7 +40,7 @@ async def ray_runtime(ray_cluster: None, anyio_backend: str) -> AsyncIterator[te
         yield rt
 
 
-@pytest.fixture(params=["runtime", pytest.param("ray", marks=pytest.mark.ray)])
+@pytest.fixture(params=["runtime", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.slow])])
 def shared(request: pytest.FixtureRequest) -> tether.RuntimeLike | None:
     """The RayRuntime for the Ray half; ``None``: a Runtime made per test."""
     if request.param == "ray":

@@ -650,7 +650,14 @@ def example_server(tmp_path: Path) -> Iterator[partial[tuple[subprocess.Popen[by
             proc.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+# SIGTERM in the default tier, SIGINT (the same path, another signal) in the slow one.
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, id="SIGTERM"),
+    ],
+)
 @pytest.mark.parametrize("script", ["fastapi_service.py", "trio_service.py"])
 def test_a_signal_ends_streams_with_run_finished_and_the_server_exits(
     script: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import anyio
+import sniffio
 
 from tether.providers import ModelSettings
 from tether.runtime import Agent, DepsT, OutputT, RunInput, RunResult, Runtime
@@ -50,7 +51,9 @@ def run_sync(
 def _in_event_loop() -> bool:
     try:
         anyio.get_current_task()
-    except anyio.NoEventLoopError:
+    # Outside a loop anyio raises NoEventLoopError; older releases (4.11) let
+    # sniffio's own error through.
+    except (anyio.NoEventLoopError, sniffio.AsyncLibraryNotFoundError):
         return False
     return True
 
