@@ -28,7 +28,8 @@ def lay_out(tree: Path = TREE) -> None:
     package = tree / "tether"
     package.mkdir(parents=True)
     for entry in (ROOT / "tether").iterdir():
-        if entry.name != "__pycache__":
+        # tether/runtime and the like are links in the checkout too: linked below.
+        if entry.name != "__pycache__" and entry.name not in SUBPACKAGES:
             (package / entry.name).symlink_to(entry)
     for name in SUBPACKAGES:
         (package / name).symlink_to(ROOT / name)

@@ -107,8 +107,8 @@ class Probe(crash_worker.Logged):
         super().__init__(inner)
         self.stall = stall
 
-    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord) -> None:
-        await self.inner.record_tool(run_id, owner=owner, record=record)
+    async def record_tool(self, run_id: str, *, owner: str, record: ToolRecord, **kw: Any) -> None:
+        await self.inner.record_tool(run_id, owner=owner, record=record, **kw)
         log(f"recorded {json.loads(record.arguments)['key']}")
 
     async def commit(self, *a: Any, **kw: Any) -> Any:
