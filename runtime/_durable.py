@@ -31,10 +31,11 @@ results were recorded are answered from the records, not executed again.
 
 from __future__ import annotations
 
+import random
 import time
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -52,12 +53,23 @@ from tether.providers import (
 )
 
 from ._discovery import choose_tools
+from ._ending import Ending, store_failed
 from ._limits import Termination
 from ._output import OUTPUT_GIVEN
 from ._repeats import RecentCalls, canonical
-from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
+from ._runstore import (
+    Claim,
+    Control,
+    LeaseLost,
+    NewRun,
+    RunStore,
+    RunStoreError,
+    RunStoreUnavailable,
+    ToolRecord,
+)
 from ._state import Decision, dump_state, load_state
 from ._storedhandle import StoredRun
+from ._storeretry import FIRST_PAUSE_S, LONGEST_PAUSE_S, holds_events, retried, same
 from ._toolsets import _RunWithToolsets, connect_toolsets
 
 if TYPE_CHECKING:
@@ -88,11 +100,14 @@ class Run(Protocol):
     async def _judge_candidate(self, text: str) -> Decision: ...
     async def _decide(self, decision: Decision) -> Decision: ...
     def cancel(self, reason: str) -> None: ...
+    def publish(self, ending: Ending) -> None: ...
     def stop(self) -> None: ...
     def let_go(self) -> None: ...
 
 
-#: How long a run's last write may take when the run is being torn down.
+T = TypeVar("T")
+
+#: The longest a Runtime goes on trying to record a ``store_failed`` end (its exit waits).
 FINISH_TIMEOUT_S = 30.0
 
 
@@ -102,12 +117,14 @@ class Durable:
     __slots__ = (
         "_claim",
         "_created",
+        "_failed",
         "_flushed",
         "_lost",
         "_recall_round",
         "_run",
         "_unpark",
         "lease_s",
+        "owed_s",
         "owner",
         "parked",
         "run_id",
@@ -121,6 +138,9 @@ class Durable:
         self._claim = claim
         self._created = claim is not None
         self._lost = False
+        self._failed: str | None = None  # why a write failed past the lease
+        #: How long a ``store_failed`` end is offered to the store (see the module docstring).
+        self.owed_s = min(FINISH_TIMEOUT_S, max(5.0, 3 * lease_s))
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
         #: The run has left this process: parked in the store, or lost to another owner.
@@ -179,9 +199,16 @@ class Durable:
                 parent_run_id=state.parent_run_id,
                 created_at=time.time(),
             )
-            with anyio.CancelScope(shield=True):
-                await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
-            self._created = True
+            self._created = True  # it may be stored even when the write fails (unknown)
+            try:
+                await self._write(
+                    lambda: _true(
+                        self.store.create(record, owner=self.owner, lease_s=self.lease_s)
+                    ),
+                    self._created_here,
+                )
+            except RunStoreUnavailable as exc:
+                return self._fail(run, exc)
         else:  # claimed before its first checkpoint: it started over
             _seam(run, claim)
         await self.boundary(run, None)
@@ -196,16 +223,21 @@ class Durable:
         events = trail.dumped(self._flushed)
         checkpoint = dump_state(run.state)
         try:
-            with anyio.CancelScope(shield=True):
-                control = await self.store.commit(
+            control = await self._write(
+                lambda: self.store.commit(
                     run.id,
                     owner=self.owner,
                     events=events,
                     checkpoint=checkpoint,
                     lease_s=self.lease_s,
-                )
+                ),
+                lambda: self._committed(events),
+            )
         except LeaseLost as lost:
             self.lose(run, lost)
+            return
+        except RunStoreUnavailable as exc:
+            self._fail(run, exc)
             return
         self._flushed = count
         if control.cancel is not None:
@@ -258,16 +290,23 @@ class Durable:
         count = len(trail)
         events = trail.dumped(self._flushed)
         try:
-            with anyio.CancelScope(shield=True):
-                await self.store.park(
-                    run.id,
-                    owner=self.owner,
-                    events=events,
-                    checkpoint=checkpoint,
-                    pending=[call.id for call in asks],
-                )
+            await self._write(
+                lambda: _true(
+                    self.store.park(
+                        run.id,
+                        owner=self.owner,
+                        events=events,
+                        checkpoint=checkpoint,
+                        pending=[call.id for call in asks],
+                    )
+                ),
+                lambda: self._parked_here(events),
+            )
         except LeaseLost as lost:
             self.lose(run, lost)
+            return
+        except RunStoreUnavailable as exc:
+            self._fail(run, exc)
             return
         self._flushed = count
         reason = run._cancel_reason
@@ -288,29 +327,144 @@ class Durable:
         self._lost = self.parked = True
         run.cancel(f"the run store gave this run to another owner ({why})")
 
-    async def finish(self, run: Run) -> None:
-        """Write the last events and the result (shielded, bounded); or let a parked run go."""
+    async def finish(self, run: Run, ending: Ending | None) -> None:
+        """Store the run's end, then publish it; or declare it ``store_failed``; or let a
+        parked run go (see the module docstring). Shielded; bounded by the lease."""
         if self.parked:  # parked, or lost to another owner: it goes on elsewhere
             if run.result is None:
                 run.let_go()
             return
-        if not self._created or self._lost or run.result is None:
+        if ending is None:  # published already
             return
-        trail = run.trail
-        events = trail.dumped(self._flushed)
-        result = dump_result(run.result)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_TIMEOUT_S):
+        if self._failed is not None:  # a write failed past the lease: the end cannot count
+            await self._declare(run, ending, self._failed)
+            return
+        if not self._created:  # ended before its record was made: nothing to store
+            run.publish(ending)
+            return
+        events = [*run.trail.dumped(self._flushed), ev.dump(ending.event)]
+        result = dump_result(ending.result)
+        try:
+            await self._write(
+                lambda: _true(
+                    self.store.finish(run.id, owner=self.owner, events=events, result=result)
+                ),
+                lambda: self._finished_here(result),
+            )
+        except LeaseLost as lost:  # another owner goes on with it: follow the store
+            self.lose(run, lost)
+            run.let_go()
+            return
+        except RunStoreError as exc:  # past the lease, or a value the store cannot keep
+            await self._declare(run, ending, str(exc))
+            return
+        run.publish(ending)
+
+    # ------------------------------------------------------------------ store faults
+
+    async def _write(
+        self,
+        op: Callable[[], Awaitable[T]],
+        landed: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """A write, shielded, tried again through passing faults for ``lease_s``."""
+        with anyio.CancelScope(shield=True):
+            done = await retried(op, within_s=self.lease_s, landed=landed)
+        return done  # noqa: RET504 - outside the scope, whose __exit__ may swallow (to mypy)
+
+    def _fail(self, run: Run, why: Exception) -> Decision:
+        """A write failed for longer than the lease: the run stops, and ends ``store_failed``."""
+        if self._failed is None:
+            self._failed = str(why)
+            run.cancel(f"the run store failed: {why}")
+        return Decision.end(Termination.STORE_FAILED, self._failed)
+
+    async def _declare(self, run: Run, ending: Ending, why: str) -> None:
+        """Publish ``store_failed``, then give the store that end (bounded: see the module
+        docstring); the Runtime's exit waits for this, in the run's task."""
+        failed = store_failed(ending, why)
+        run.publish(failed)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.owed_s) as scope:
+            done = await self._owe(run, failed)
+        if scope.cancelled_caught or not done:
+            warnings.warn(
+                f"run {run.id} ended store_failed and the run store could not record it "
+                f"within {self.owed_s:g} s; a Runtime that resumes it may end it otherwise",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+    async def _owe(self, run: Run, failed: Ending) -> bool:
+        """Record ``failed`` in the store as this owner, claiming the run back once its lease
+        lapsed; until it is recorded (``True``) or another Runtime has the run (``False``).
+
+        The first try writes the events the store lacks and the whole result; later
+        ones only what must be kept, to fit a store short of room: ``RunFinished``
+        (numbered after the stored events) and the result without its messages."""
+        trail, pause, lean, expired = run.trail, FIRST_PAUSE_S, False, False
+        full = dump_result(failed.result)
+        small = dump_result(attrs.evolve(failed.result, messages=()))
+        ending = failed.termination.value
+        while True:
             try:
-                await self.store.finish(run.id, owner=self.owner, events=events, result=result)
-            except LeaseLost:
-                pass  # another owner goes on with it
-            except RunStoreError as exc:
-                warnings.warn(
-                    f"run {run.id}: its end could not be stored ({exc}); another Runtime "
-                    "may resume it once its lease expires",
-                    RuntimeWarning,
-                    stacklevel=1,
+                stored = await self.store.get(run.id)
+                if stored is None:
+                    return True  # never recorded: nothing to end
+                if stored.status == "finished":
+                    return bool(stored.result and stored.result["termination"] == ending)
+                if stored.status == "parked":  # a park that landed after all: make it claimable
+                    await self.store.request(run.id, cancel=failed.result.error)
+                    continue
+                lapsed, expired = expired or stored.owner != self.owner, False
+                if lapsed and not await self.store.claim(
+                    run.id, owner=self.owner, lease_s=self.lease_s
+                ):
+                    if stored.owner not in (None, self.owner):
+                        return False  # another Runtime holds it
+                    raise RunStoreUnavailable("not claimable yet")
+                if lapsed:
+                    continue  # claimed: read its count again
+                if len(trail) <= stored.events:
+                    return False  # someone else wrote events past ours
+                events = (
+                    [ev.dump(attrs.evolve(failed.event, seq=stored.events))]
+                    if lean
+                    else trail.dumped(stored.events)
                 )
+                result = small if lean else full
+                await self.store.finish(run.id, owner=self.owner, events=events, result=result)
+                return True
+            except LeaseLost:
+                expired = True  # our lease lapsed in the store: claim the run back
+                continue
+            except (RunStoreError, ValueError):
+                lean = True
+            await anyio.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, LONGEST_PAUSE_S)
+
+    async def _committed(self, events: list[dict[str, Any]]) -> Control | None:
+        """A commit of unknown outcome: the store's control if it holds ``events``."""
+        stored = await self.store.get(self.run_id)
+        if stored is None or stored.owner != self.owner or stored.status != "running":
+            return None
+        if not await holds_events(self.store, self.run_id, events):
+            return None
+        return Control(run_id=self.run_id, cancel=stored.cancel, stop=stored.stop)
+
+    async def _parked_here(self, events: list[dict[str, Any]]) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        if stored is None or stored.status not in ("parked", "ready"):
+            return None
+        return True if await holds_events(self.store, self.run_id, events) else None
+
+    async def _finished_here(self, result: dict[str, Any]) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        ok = stored is not None and stored.status == "finished" and same(stored.result, result)
+        return True if ok else None
+
+    async def _created_here(self) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        return True if stored is not None and stored.owner == self.owner else None
 
     # ---------------------------------------------------------------- tool records
 
@@ -331,12 +485,16 @@ class Durable:
                 "output": output,
             },
         )
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.store.record_tool(self.run_id, owner=self.owner, record=record)
+        try:  # a record replaces its call's: trying again is safe as it is
+            await self._write(
+                lambda: self.store.record_tool(self.run_id, owner=self.owner, record=record)
+            )
         except LeaseLost as lost:
             if self._run is not None:
                 self.lose(self._run, lost)
+        except RunStoreUnavailable as exc:
+            if self._run is not None:
+                self._fail(self._run, exc)
 
     async def recall(
         self, round: int, invocations: Sequence[ToolInvocation]
@@ -345,7 +503,15 @@ class Durable:
         if round != self._recall_round:
             return list(invocations), []
         self._recall_round = None
-        records = await self.store.tool_records(self.run_id, round)
+        try:
+            records = await retried(
+                lambda: self.store.tool_records(self.run_id, round), within_s=self.lease_s
+            )
+        except RunStoreUnavailable as exc:
+            assert self._run is not None
+            self._fail(self._run, exc)
+            await anyio.lowlevel.checkpoint()  # the run is cut: no call runs unrecalled
+            raise
         by_id = {r.call_id: r for r in records}
         by_call = {(r.name, r.arguments): r for r in reversed(records)}
         to_run: list[ToolInvocation] = []
@@ -374,6 +540,11 @@ class Durable:
                 )
             )
         return to_run, reused
+
+
+async def _true(write: Awaitable[None]) -> bool:
+    await write
+    return True
 
 
 def _seam(run: Run, claim: Claim) -> None:

@@ -5,7 +5,8 @@
 and while the Runtime runs, one task of its own (in the Runtime's task group):
 
 * every ``lease_s / 3`` it renews the leases of the runs this Runtime owns
-  (one :meth:`~.RunStore.renew` for all of them), hands cancel and stop
+  (one :meth:`~.RunStore.renew` for all of them, tried again through a
+  passing store fault until the next renewal is due), hands cancel and stop
   requests made through the store to those runs, and cancels a run whose lease
   was lost (another Runtime has it now);
 * with ``resume=True``, at the same pace, it claims the claimable runs whose
@@ -29,6 +30,7 @@ from ._agent import Agent
 from ._durable import Durable
 from ._run import Run
 from ._runstore import Claim, LeaseLost, RunStore, RunStoreError
+from ._storeretry import retried
 
 
 class Keeper:
@@ -142,7 +144,12 @@ class Keeper:
         owned = [(i, pair) for i, pair in self.owned.items() if pair[1].created]
         if not owned:
             return
-        controls = await self.store.renew(self.owner, [i for i, _ in owned], lease_s=self.lease_s)
+        ids = [i for i, _ in owned]
+        # A passing fault is tried again until the next renewal is due.
+        controls = await retried(
+            lambda: self.store.renew(self.owner, ids, lease_s=self.lease_s),
+            within_s=self.lease_s / 3,
+        )
         for (_, (run, durable)), control in zip(owned, controls, strict=True):
             if control.lost:
                 durable.lose(run, LeaseLost("its lease expired before it was renewed"))

@@ -20,7 +20,11 @@ Decisions:
 * **Journal.** WAL (``PRAGMA journal_mode=WAL``): readers never block the
   writer and the writer never blocks readers; ``busy_timeout_s`` is how long
   a writer waits for another writer (another process, say) before the call
-  fails with the store's error.
+  fails with the store's error (its ``transient_error``, when it has one: a
+  busy, locked or full file may pass, and the run store's callers try again).
+  A write refused for room (a full disk, ``RLIMIT_FSIZE``) first empties the
+  WAL into the file (``wal_checkpoint(TRUNCATE)``), so a small write tried
+  again can fit in the pages the file has.
 * **Schema.** Versioned with ``PRAGMA user_version``; created or migrated on
   first use inside ``BEGIN IMMEDIATE`` (so two processes opening a new file at
   once do not race); new files get the store's ``application_id``. A file
@@ -74,6 +78,8 @@ class SQLiteFile:
     #: The class to suggest instead of ``":memory:"``.
     in_memory: ClassVar[str]
     error: ClassVar[type[TetherError]]
+    #: The error for a fault that may pass (locked, busy, full); ``error`` if unset.
+    transient_error: ClassVar[type[TetherError] | None] = None
     schema_version: ClassVar[int]
     #: ``migrations[v]`` takes a database from version ``v`` to ``v + 1``.
     migrations: ClassVar[Mapping[int, tuple[str, ...]]]
@@ -167,8 +173,25 @@ class SQLiteFile:
             finally:
                 self._give_back(conn, generation, healthy)
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _NO_ROOM:
+                self._make_room()
             raise self._translate(exc) from exc
         return result
+
+    def _make_room(self) -> None:
+        """After a write refused for room (a full disk, a file-size limit): move the WAL
+        into the file and empty it, so that a retried write that needs only pages the file
+        already has (a small end, a replaced row) can fit. Best effort."""
+        try:
+            conn = self._open()
+        except sqlite3.Error:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            pass
+        finally:
+            conn.close()
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: autocommit; a job manages its own transactions.
@@ -290,11 +313,14 @@ class SQLiteFile:
     def _translate(self, exc: sqlite3.Error) -> TetherError:
         text, kind = str(exc), self.kind
         lowered = text.lower()
+        passing = self.transient_error or self.error
         if isinstance(exc, sqlite3.OperationalError) and ("locked" in lowered or "busy" in lowered):
-            return self.error(
+            return passing(
                 f"{kind} {self.path!r} is locked: another connection held it for "
                 f"longer than the busy timeout ({self.busy_timeout_s:g} s) ({text})"
             )
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _PASSING:
+            return passing(f"{kind} {self.path!r} could not be written: {text}")
         if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
             return self.error(
                 f"{kind} {self.path!r} is not a usable SQLite database: the file is "
@@ -306,6 +332,13 @@ class SQLiteFile:
                 f"and the file is readable and writable ({text})"
             )
         return self.error(f"{kind} {self.path!r} failed: {text}")
+
+
+#: SQLite's primary result codes of faults that may pass: SQLITE_BUSY, SQLITE_LOCKED,
+#: SQLITE_IOERR (a write refused, e.g. past RLIMIT_FSIZE), SQLITE_FULL.
+_PASSING = frozenset({5, 6, 10, 13})
+#: Those of them that say a write found no room: SQLITE_IOERR, SQLITE_FULL.
+_NO_ROOM = frozenset({10, 13})
 
 
 def _user_version(conn: sqlite3.Connection) -> int:

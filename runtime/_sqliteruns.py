@@ -50,6 +50,7 @@ from ._runstore import (
     LeaseLost,
     NewRun,
     RunStoreError,
+    RunStoreUnavailable,
     StoredRun,
     ToolRecord,
 )
@@ -157,6 +158,7 @@ class SQLiteRunStore(SQLiteFile):
     kind = "run store"
     in_memory = "a temporary file (tmp_path / 'runs.db')"
     error = RunStoreError
+    transient_error = RunStoreUnavailable
     schema_version = SCHEMA_VERSION
     migrations = _MIGRATIONS
     objects = frozenset({"runs", "runs_claimable", "run_events", "run_tools"})

@@ -65,7 +65,7 @@ from tether.runtime._runrows import (
     run_of_row,
     tool_record_of_row,
 )
-from tether.runtime._runstore import JSON
+from tether.runtime._runstore import JSON, RunStoreUnavailable
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 from ._pg_listen import Listener, ListenerSlot
@@ -155,6 +155,7 @@ class PostgresRunStore(PostgresDatabase):
 
     kind = "run store"
     error = RunStoreError
+    transient_error = RunStoreUnavailable
     component = "runs"
     schema_version = RUNS_SCHEMA_VERSION
     migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1}
