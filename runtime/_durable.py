@@ -69,7 +69,7 @@ from ._runstore import (
 )
 from ._state import Decision, dump_state, load_state
 from ._storedhandle import StoredRun
-from ._storeretry import FIRST_PAUSE_S, LONGEST_PAUSE_S, holds_events, retried, same
+from ._storeretry import FIRST_PAUSE_S, LONGEST_PAUSE_S, Faults, holds_events, retried, same
 from ._toolsets import _RunWithToolsets, connect_toolsets
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ class Durable:
         "_claim",
         "_created",
         "_failed",
+        "_faults",
         "_flushed",
         "_lost",
         "_recall_round",
@@ -132,15 +133,22 @@ class Durable:
     )
 
     def __init__(
-        self, store: RunStore, owner: str, lease_s: float, run_id: str, claim: Claim | None = None
+        self,
+        store: RunStore,
+        owner: str,
+        lease_s: float,
+        run_id: str,
+        claim: Claim | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.store, self.owner, self.lease_s, self.run_id = store, owner, lease_s, run_id
+        self._faults = Faults() if faults is None else faults
         self._claim = claim
         self._created = claim is not None
         self._lost = False
         self._failed: str | None = None  # why a write failed past the lease
         #: How long a ``store_failed`` end is offered to the store (see the module docstring).
-        self.owed_s = min(FINISH_TIMEOUT_S, max(5.0, 3 * lease_s))
+        self.owed_s = min(FINISH_TIMEOUT_S, max(10.0, 3 * lease_s))
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
         #: The run has left this process: parked in the store, or lost to another owner.
@@ -199,8 +207,7 @@ class Durable:
                 parent_run_id=state.parent_run_id,
                 created_at=time.time(),
             )
-            self._created = True  # it may be stored even when the write fails (unknown)
-            try:
+            try:  # past the lease, it may be stored all the same: finish() sees to it
                 await self._write(
                     lambda: _true(
                         self.store.create(record, owner=self.owner, lease_s=self.lease_s)
@@ -208,7 +215,8 @@ class Durable:
                     self._created_here,
                 )
             except RunStoreUnavailable as exc:
-                return self._fail(run, exc)
+                return self.fail(run, exc)
+            self._created = True
         else:  # claimed before its first checkpoint: it started over
             _seam(run, claim)
         await self.boundary(run, None)
@@ -237,7 +245,7 @@ class Durable:
             self.lose(run, lost)
             return
         except RunStoreUnavailable as exc:
-            self._fail(run, exc)
+            self.fail(run, exc)
             return
         self._flushed = count
         if control.cancel is not None:
@@ -306,7 +314,7 @@ class Durable:
             self.lose(run, lost)
             return
         except RunStoreUnavailable as exc:
-            self._fail(run, exc)
+            self.fail(run, exc)
             return
         self._flushed = count
         reason = run._cancel_reason
@@ -367,13 +375,42 @@ class Durable:
         op: Callable[[], Awaitable[T]],
         landed: Callable[[], Awaitable[T | None]] | None = None,
     ) -> T:
-        """A write, shielded, tried again through passing faults for ``lease_s``."""
-        with anyio.CancelScope(shield=True):
-            done = await retried(op, within_s=self.lease_s, landed=landed)
-        return done  # noqa: RET504 - outside the scope, whose __exit__ may swallow (to mypy)
+        """A write, shielded, tried again through passing faults for ``lease_s``.
 
-    def _fail(self, run: Run, why: Exception) -> Decision:
-        """A write failed for longer than the lease: the run stops, and ends ``store_failed``."""
+        A lease that lapsed while the store failed (the write, refused with
+        :class:`LeaseLost` within a lease of a fault this Runtime saw, finds the run
+        still this owner's: nobody claimed it) is a store fault past the lease, not a
+        loss: ``RunStoreUnavailable``."""
+        faults = self._faults
+
+        async def tracked() -> T:
+            try:
+                return await op()
+            except RunStoreUnavailable:
+                faults.seen()
+                raise
+
+        with anyio.CancelScope(shield=True):
+            try:
+                done = await retried(tracked, within_s=self.lease_s, landed=landed)
+            except LeaseLost as lost:
+                if faults.recent(2 * self.lease_s) and await self.still_ours():
+                    why = f"the lease lapsed while the store failed ({lost})"
+                    raise RunStoreUnavailable(why) from lost
+                raise
+        return done
+
+    async def still_ours(self) -> bool:
+        """Whether nobody but this owner has claimed the run (a read; a failing one: yes)."""
+        try:
+            stored = await retried(lambda: self.store.get(self.run_id), within_s=self.lease_s)
+        except RunStoreUnavailable:
+            return True
+        return stored is not None and stored.status == "running" and stored.owner == self.owner
+
+    def fail(self, run: Run, why: Exception | str) -> Decision:
+        """A write failed for longer than the lease (or the lease lapsed while the store
+        failed, says the keeper): the run stops, and ends ``store_failed``."""
         if self._failed is None:
             self._failed = str(why)
             run.cancel(f"the run store failed: {why}")
@@ -398,12 +435,12 @@ class Durable:
         """Record ``failed`` in the store as this owner, claiming the run back once its lease
         lapsed; until it is recorded (``True``) or another Runtime has the run (``False``).
 
-        The first try writes the events the store lacks and the whole result; later
-        ones only what must be kept, to fit a store short of room: ``RunFinished``
-        (numbered after the stored events) and the result without its messages."""
-        trail, pause, lean, expired = run.trail, FIRST_PAUSE_S, False, False
-        full = dump_result(failed.result)
-        small = dump_result(attrs.evolve(failed.result, messages=()))
+        It writes only what must be kept, to fit a store short of room: the
+        ``RunFinished`` event (numbered after the events the store has: those of
+        the rounds it could not take are not kept) and the result without its
+        messages (the last checkpoint has them, up to the last recorded round)."""
+        trail, pause, expired = run.trail, FIRST_PAUSE_S, False
+        result = dump_result(attrs.evolve(failed.result, messages=()))
         ending = failed.termination.value
         while True:
             try:
@@ -426,19 +463,14 @@ class Durable:
                     continue  # claimed: read its count again
                 if len(trail) <= stored.events:
                     return False  # someone else wrote events past ours
-                events = (
-                    [ev.dump(attrs.evolve(failed.event, seq=stored.events))]
-                    if lean
-                    else trail.dumped(stored.events)
-                )
-                result = small if lean else full
+                events = [ev.dump(attrs.evolve(failed.event, seq=stored.events))]
                 await self.store.finish(run.id, owner=self.owner, events=events, result=result)
                 return True
             except LeaseLost:
                 expired = True  # our lease lapsed in the store: claim the run back
                 continue
             except (RunStoreError, ValueError):
-                lean = True
+                pass
             await anyio.sleep(pause * random.uniform(0.5, 1.0))
             pause = min(pause * 2, LONGEST_PAUSE_S)
 
@@ -494,7 +526,7 @@ class Durable:
                 self.lose(self._run, lost)
         except RunStoreUnavailable as exc:
             if self._run is not None:
-                self._fail(self._run, exc)
+                self.fail(self._run, exc)
 
     async def recall(
         self, round: int, invocations: Sequence[ToolInvocation]
@@ -509,7 +541,7 @@ class Durable:
             )
         except RunStoreUnavailable as exc:
             assert self._run is not None
-            self._fail(self._run, exc)
+            self.fail(self._run, exc)
             await anyio.lowlevel.checkpoint()  # the run is cut: no call runs unrecalled
             raise
         by_id = {r.call_id: r for r in records}

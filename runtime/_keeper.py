@@ -29,8 +29,8 @@ import anyio
 from ._agent import Agent
 from ._durable import Durable
 from ._run import Run
-from ._runstore import Claim, LeaseLost, RunStore, RunStoreError
-from ._storeretry import retried
+from ._runstore import Claim, LeaseLost, RunStore, RunStoreError, RunStoreUnavailable
+from ._storeretry import Faults, retried
 
 
 class Keeper:
@@ -58,11 +58,13 @@ class Keeper:
         #: The durable runs this Runtime owns, in flight.
         self.owned: dict[str, tuple[Run, Durable]] = {}
         self._scope: anyio.CancelScope | None = None
+        #: When the store last failed this Runtime (its runs' writes, its renewals).
+        self.faults = Faults()
 
     def durable(self, run_id: str, agent: Agent[Any, Any]) -> Durable:
         """A new run's link to the store (its agent is known here from now on)."""
         self.agents.setdefault(agent.name, agent)
-        return Durable(self.store, self.owner, self.lease_s, run_id)
+        return Durable(self.store, self.owner, self.lease_s, run_id, faults=self.faults)
 
     def adopt(self, run: Run, durable: Durable) -> None:
         self.owned[run.id] = (run, durable)
@@ -104,7 +106,9 @@ class Keeper:
 
     def resumed(self, claim: Claim) -> Durable:
         """A claimed run's link to the store (:func:`~._durable.restore` restores the run)."""
-        return Durable(self.store, self.owner, self.lease_s, claim.run.run_id, claim)
+        return Durable(
+            self.store, self.owner, self.lease_s, claim.run.run_id, claim, faults=self.faults
+        )
 
     # --------------------------------------------------------------- the task
 
@@ -146,12 +150,20 @@ class Keeper:
             return
         ids = [i for i, _ in owned]
         # A passing fault is tried again until the next renewal is due.
-        controls = await retried(
-            lambda: self.store.renew(self.owner, ids, lease_s=self.lease_s),
-            within_s=self.lease_s / 3,
-        )
+        try:
+            controls = await retried(
+                lambda: self.store.renew(self.owner, ids, lease_s=self.lease_s),
+                within_s=self.lease_s / 3,
+            )
+        except RunStoreUnavailable:
+            self.faults.seen()
+            raise
+        # Leases that lapsed while the store failed were not lost to another Runtime.
+        faulted = self.faults.recent(2 * self.lease_s)
         for (_, (run, durable)), control in zip(owned, controls, strict=True):
-            if control.lost:
+            if control.lost and faulted and await durable.still_ours():
+                durable.fail(run, "its lease lapsed while the run store failed")
+            elif control.lost:
                 durable.lose(run, LeaseLost("its lease expired before it was renewed"))
             elif control.cancel is not None:
                 run.cancel(control.cancel)

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
+import attrs
 
 from ._runstore import JSON, LeaseLost, RunStore, RunStoreUnavailable
 
@@ -82,6 +83,21 @@ async def retried(
             return settled
 
 
+@attrs.define
+class Faults:
+    """When one Runtime's store last failed past a retry (``anyio.current_time()``): its
+    runs' writes and its keeper's renewals share one. A lease found lapsed soon after
+    lapsed *because* the store failed (see ``Durable._write``)."""
+
+    last: float | None = None
+
+    def seen(self) -> None:
+        self.last = anyio.current_time()
+
+    def recent(self, within_s: float) -> bool:
+        return self.last is not None and anyio.current_time() - self.last < within_s
+
+
 def same(stored: JSON, written: JSON) -> bool:
     """Whether ``stored`` (read back) is what ``written`` was, as JSON."""
     return _canonical(stored) == _canonical(json.loads(json.dumps(written)))
@@ -102,4 +118,4 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-__all__ = ["retried", "same"]
+__all__ = ["Faults", "holds_events", "retried", "same"]
