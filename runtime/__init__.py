@@ -40,6 +40,7 @@ from ._runstore import LeaseLost as LeaseLost
 from ._runstore import NewRun as NewRun
 from ._runstore import RunStore as RunStore
 from ._runstore import RunStoreError as RunStoreError
+from ._runstore import RunStoreUnavailable as RunStoreUnavailable
 from ._runstore import StoredRun as StoredRun
 from ._runstore import ToolRecord as ToolRecord
 from ._runtime import BudgetExhausted as BudgetExhausted
@@ -94,6 +95,7 @@ __all__ = [
     "RunResult",
     "RunStore",
     "RunStoreError",
+    "RunStoreUnavailable",
     "RunView",
     "Runtime",
     "RuntimeClosed",

@@ -27,6 +27,57 @@ A resumed run (:func:`restore`) starts from its claim: the stored events are
 its trail's first events, the checkpoint its state, and its first round is the
 one that was in flight at the crash. The tool calls of that round whose
 results were recorded are answered from the records, not executed again.
+
+**Store faults; one ending per run (DESIGN §22).** The promise: the end a
+caller gets is the end the store holds, and no run id has two.
+
+* *A passing fault is ridden out in the round.* Every write (create, commit,
+  record_tool, park, finish), the reads a round needs and the keeper's renewals
+  are tried again through :class:`RunStoreUnavailable` with backoff
+  (:mod:`._storeretry`), for up to ``lease_s``: past that, the lease the writes
+  hold has lapsed anyway. A write of unknown outcome (the answer lost after the
+  store committed) is settled by reading back: the same events at the same
+  ``seq``, the same result, count as done (see :mod:`._storeretry`).
+* *The end counts once the store has it.* The run's end is assembled, written
+  (:meth:`Durable.finish`), and only then published (``Run.publish``: the
+  result, ``RunFinished`` to the followers and the sink, once; :mod:`._ending`).
+  A process killed between the two loses the sink's ``RunFinished`` and the
+  caller with it, never duplicates it: the store's end stands, and no Runtime
+  resumes a finished run. (Before, a sink got ``RunFinished`` before the store
+  had the end, and a crash in between let a resumed run end again.)
+* *A fault that outlasts the lease ends the run* ``store_failed``. A round whose
+  commit (or tool record, or park) cannot be written stops the run there, so
+  it starts no model call or tool call on a state the store does not have; an
+  end that cannot be written is replaced. A lease refused (``LeaseLost``) while
+  this Runtime's store was failing, on a run nobody else claimed, is the same
+  fault, not a loss to another owner (:class:`Faults`). The caller then gets
+  ``store_failed`` (the error names the end the run had reached), never an end
+  the store may contradict, and the sink gets that ``RunFinished``.
+* *The store gets that end.* Still in the run's task (so the Runtime's exit
+  waits for it, bounded by :attr:`Durable.owed_s`), the owner writes
+  ``store_failed`` as soon as the store takes it: as the owner if its lease
+  still holds, else by claiming the run back first (a claim needs the lease to
+  have lapsed, as any claimer's, so it is one compare-and-set against any
+  other Runtime). The write is lean, to fit a store short of room:
+  ``RunFinished`` right after the events the store has (the unrecorded rounds'
+  events are not kept; the caller's trail has them) and the result without
+  its messages. The SQLite store keeps room for it under a file-size limit
+  (``_sqlite._size_limit``).
+* *Why no other Runtime resumes a run whose end was reported.* A claimer takes
+  only a run whose lease lapsed. The owner reports ``store_failed`` only after
+  its writes failed for a whole lease, and then races any claimer with a claim
+  of its own: whoever wins, the store gets one end. If another Runtime with
+  ``resume=True`` claims it first (the store served it while it refused this
+  owner, or in the moment the lease lapsed), the owner's ``store_failed`` write
+  finds the run claimed and gives up with a ``RuntimeWarning``, and the run
+  may end otherwise there. That is the one case left, and no design can close
+  it without a second channel to the claimers: an owner that can write nothing
+  cannot tell them anything, and a claimer cannot tell a run whose owner was
+  killed (to be resumed) from one whose owner reported ``store_failed`` and
+  could not say so. Both stores make it rare: PostgreSQL faults (a dropped
+  connection, a restart) pass within a lease for every client alike, and a
+  SQLite file is one machine's, where the room kept for ends lets the owner
+  record them (60 of 60 runs in ``tests/test_full_disk.py``).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from tether.runtime import RunHandle as RunHandle
 from tether.runtime import RunResult as RunResult
 from tether.runtime import RunStore as RunStore
 from tether.runtime import RunStoreError as RunStoreError
+from tether.runtime import RunStoreUnavailable as RunStoreUnavailable
 from tether.runtime import Runtime as Runtime
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
@@ -73,6 +74,7 @@ __all__ = [
     "RunResult",
     "RunStore",
     "RunStoreError",
+    "RunStoreUnavailable",
     "Runtime",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
