@@ -199,7 +199,7 @@ class Durable:
         self._lost = False
         self._failed: str | None = None  # why a write failed past the lease
         #: How long a ``store_failed`` end is offered to the store (see the module docstring).
-        self.owed_s = min(FINISH_TIMEOUT_S, max(10.0, 3 * lease_s))
+        self.owed_s = FINISH_TIMEOUT_S
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
         #: The run has left this process: parked in the store, or lost to another owner.
