@@ -142,6 +142,7 @@ from ._runstore import NewRun as NewRun
 from ._runstore import RunNotFound as RunNotFound
 from ._runstore import RunStore as RunStore
 from ._runstore import RunStoreError as RunStoreError
+from ._runstore import RunStoreUnavailable as RunStoreUnavailable
 from ._runstore import StoredRun as StoredRun
 from ._runstore import ToolRecord as ToolRecord
 from ._runtime import BudgetExhausted as BudgetExhausted
@@ -248,6 +249,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "RunStarted",
     "RunStore",
     "RunStoreError",
+    "RunStoreUnavailable",
     "RunView",
     "Runtime",
     "RuntimeClosed",

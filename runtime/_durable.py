@@ -45,15 +45,67 @@ A Durable made from a claim hands its run a :class:`~._resume.ResumePoint`
 own round code. Its first tool round answers the calls whose results were
 recorded from the records (:meth:`Durable.recall`), matched by call id in any
 round of the run: a recorded call is never executed again.
+
+**Store faults; one ending per run (docs/guides/durable.md).** The promise: the end a
+caller gets is the end the store holds, and no run id has two.
+
+* *A passing fault is ridden out in the round.* Every write (create, commit,
+  record_tool, park, finish), the reads a round needs and the keeper's renewals
+  are tried again through :class:`RunStoreUnavailable` with backoff
+  (:mod:`._storeretry`), for up to ``lease_s``: past that, the lease the writes
+  hold has lapsed anyway. A write of unknown outcome (the answer lost after the
+  store committed) is settled by reading back: the same events at the same
+  ``seq``, the same result, count as done (see :mod:`._storeretry`).
+* *The end counts once the store has it.* The run's end is assembled, written
+  (:meth:`Durable.finish`), and only then published (``Run.publish``: the
+  result, ``RunFinished`` to the followers and the sink, once; :mod:`._ending`).
+  A process killed between the two loses the sink's ``RunFinished`` and the
+  caller with it, never duplicates it: the store's end stands, and no Runtime
+  resumes a finished run. (Before, a sink got ``RunFinished`` before the store
+  had the end, and a crash in between let a resumed run end again.)
+* *A fault that outlasts the lease ends the run* ``store_failed``. A round whose
+  commit (or tool record, or park) cannot be written stops the run there, so
+  it starts no model call or tool call on a state the store does not have; an
+  end that cannot be written is replaced. A lease refused (``LeaseLost``) while
+  this Runtime's store was failing, on a run nobody else claimed, is the same
+  fault, not a loss to another owner (:class:`Faults`). The caller then gets
+  ``store_failed`` (the error names the end the run had reached), never an end
+  the store may contradict, and the sink gets that ``RunFinished``.
+* *The store gets that end.* Still in the run's task (so the Runtime's exit
+  waits for it, bounded by :attr:`Durable.owed_s`), the owner writes
+  ``store_failed`` as soon as the store takes it: as the owner if its lease
+  still holds, else by claiming the run back first (a claim needs the lease to
+  have lapsed, as any claimer's, so it is one compare-and-set against any
+  other Runtime). The write is lean, to fit a store short of room:
+  ``RunFinished`` right after the events the store has (the unrecorded rounds'
+  events are not kept; the caller's trail has them) and the result without
+  its messages. The SQLite store keeps room for it under a file-size limit
+  (``_sqlite._size_limit``).
+* *Why no other Runtime resumes a run whose end was reported.* A claimer takes
+  only a run whose lease lapsed. The owner reports ``store_failed`` only after
+  its writes failed for a whole lease, and then races any claimer with a claim
+  of its own: whoever wins, the store gets one end. If another Runtime with
+  ``resume=True`` claims it first (the store served it while it refused this
+  owner, or in the moment the lease lapsed), the owner's ``store_failed`` write
+  finds the run claimed and gives up with a ``RuntimeWarning``, and the run
+  may end otherwise there. That is the one case left, and no design can close
+  it without a second channel to the claimers: an owner that can write nothing
+  cannot tell them anything, and a claimer cannot tell a run whose owner was
+  killed (to be resumed) from one whose owner reported ``store_failed`` and
+  could not say so. Both stores make it rare: PostgreSQL faults (a dropped
+  connection, a restart) pass within a lease for every client alike, and a
+  SQLite file is one machine's, where the room kept for ends lets the owner
+  record them (60 of 60 runs in ``tests/test_full_disk.py``).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -70,11 +122,23 @@ from tether.providers import (
     load_message,
 )
 
+from ._ending import Ending, store_failed
+from ._limits import Termination
 from ._repeats import RecentCalls, canonical
 from ._resume import Admission, HeldRound, ResumePoint
-from ._runstore import Claim, LeaseLost, NewRun, RunStore, RunStoreError, ToolRecord
+from ._runstore import (
+    Claim,
+    Control,
+    LeaseLost,
+    NewRun,
+    RunStore,
+    RunStoreError,
+    RunStoreUnavailable,
+    ToolRecord,
+)
 from ._state import Decision, dump_state, load_state
 from ._storedhandle import StoredRun
+from ._storeretry import FIRST_PAUSE_S, LONGEST_PAUSE_S, Faults, holds_events, retried, same
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -96,11 +160,14 @@ class Run(Protocol):
     cancel_reason: str | None
 
     def cancel(self, reason: str) -> None: ...
+    def publish(self, ending: Ending) -> None: ...
     def stop(self) -> None: ...
     def let_go(self) -> None: ...
 
 
-#: How long a run's last write may take when the run is being torn down.
+T = TypeVar("T")
+
+#: The longest a Runtime goes on trying to record a ``store_failed`` end (its exit waits).
 FINISH_TIMEOUT_S = 30.0
 
 #: The share of ``lease_s`` an owner keeps in hand: its deadline is that much before
@@ -115,12 +182,15 @@ class Durable:
     __slots__ = (
         "_created",
         "_deadline",
+        "_failed",
+        "_faults",
         "_flushed",
         "_lost",
         "_recall_round",
         "_run",
         "epoch",
         "lease_s",
+        "owed_s",
         "owner",
         "parked",
         "point",
@@ -137,8 +207,10 @@ class Durable:
         claim: Claim | None = None,
         events: Sequence[Any] = (),
         claimed_at: float | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.store, self.owner, self.lease_s, self.run_id = store, owner, lease_s, run_id
+        self._faults = Faults() if faults is None else faults
         #: The lease epoch this owner writes with (the fencing token; a new run's is 1).
         self.epoch = 1 if claim is None else claim.epoch
         # The lease by this owner's clock: none before the run is in the store (nobody
@@ -148,6 +220,9 @@ class Durable:
             self._deadline = self._until(anyio.current_time() if claimed_at is None else claimed_at)
         self._created = claim is not None
         self._lost = False
+        self._failed: str | None = None  # why a write failed past the lease
+        #: How long a ``store_failed`` end is offered to the store (see the module docstring).
+        self.owed_s = FINISH_TIMEOUT_S
         self._flushed = 0 if claim is None else claim.run.events
         self._run: Run | None = None
         #: The run has left this process: parked in the store, or lost to another owner.
@@ -184,15 +259,20 @@ class Durable:
         """Whether the run may start a side effect now (see the module docstring).
 
         No when a write was refused, or the lease may have lapsed by this owner's
-        clock; the run then stops here as :meth:`lose` stops it.
+        clock; the run then stops here as :meth:`lose` stops it, or, when the store
+        failed this Runtime within the last two leases (the renewals could not get
+        through), as :meth:`fail` stops it: ``store_failed``.
         """
-        if self._lost:
+        if self._lost or self._failed is not None:
             return False
         if anyio.current_time() < self._deadline:
             return True
         if self._run is not None:
             why = f"its lease of {self.lease_s:g} s may have lapsed: it was not renewed in time"
-            self.lose(self._run, LeaseLost(why))
+            if self._faults.recent(2 * self.lease_s):
+                self.fail(self._run, f"{why} while the run store failed")
+            else:
+                self.lose(self._run, LeaseLost(why))
         return False
 
     # --------------------------------------------------------------- the run's path
@@ -216,9 +296,17 @@ class Durable:
                 parent_run_id=state.parent_run_id,
                 created_at=time.time(),
             )
-            with anyio.CancelScope(shield=True):
-                sent = anyio.current_time()
-                await self.store.create(record, owner=self.owner, lease_s=self.lease_s)
+            sent = anyio.current_time()
+            try:  # past the lease, it may be stored all the same: finish() sees to it
+                await self._write(
+                    lambda: _true(
+                        self.store.create(record, owner=self.owner, lease_s=self.lease_s)
+                    ),
+                    self._created_here,
+                )
+            except RunStoreUnavailable as exc:
+                self.fail(run, exc)
+                return
             self._created = True
             self._deadline = self._until(sent)
         await self.boundary(run, None)
@@ -232,18 +320,23 @@ class Durable:
         events = trail.dumped(self._flushed)
         checkpoint = dump_state(run.state)
         try:
-            with anyio.CancelScope(shield=True):
-                sent = anyio.current_time()
-                control = await self.store.commit(
+            sent = anyio.current_time()
+            control = await self._write(
+                lambda: self.store.commit(
                     run.id,
                     owner=self.owner,
                     events=events,
                     checkpoint=checkpoint,
                     lease_s=self.lease_s,
                     epoch=self.epoch,
-                )
+                ),
+                lambda: self._committed(events),
+            )
         except LeaseLost as lost:
             self.lose(run, lost)
+            return
+        except RunStoreUnavailable as exc:
+            self.fail(run, exc)
             return
         self.renewed(sent)
         self._flushed = count
@@ -279,17 +372,24 @@ class Durable:
         count = len(trail)
         events = trail.dumped(self._flushed)
         try:
-            with anyio.CancelScope(shield=True):
-                await self.store.park(
-                    run.id,
-                    owner=self.owner,
-                    events=events,
-                    checkpoint=checkpoint,
-                    pending=[call.id for call in asks],
-                    epoch=self.epoch,
-                )
+            await self._write(
+                lambda: _true(
+                    self.store.park(
+                        run.id,
+                        owner=self.owner,
+                        events=events,
+                        checkpoint=checkpoint,
+                        pending=[call.id for call in asks],
+                        epoch=self.epoch,
+                    )
+                ),
+                lambda: self._parked_here(events),
+            )
         except LeaseLost as lost:
             self.lose(run, lost)
+            return
+        except RunStoreUnavailable as exc:
+            self.fail(run, exc)
             return
         self._flushed = count
         reason = run.cancel_reason
@@ -313,31 +413,172 @@ class Durable:
         self._lost = self.parked = True
         run.cancel(f"the run store gave this run to another owner ({why})")
 
-    async def finish(self, run: Run) -> None:
-        """Write the last events and the result (shielded, bounded); or let a parked run go."""
+    async def finish(self, run: Run, ending: Ending | None) -> None:
+        """Store the run's end, then publish it; or declare it ``store_failed``; or let a
+        parked run go (see the module docstring). Shielded; bounded by the lease."""
         if self.parked:  # parked, or lost to another owner: it goes on elsewhere
             if run.result is None:
                 run.let_go()
             return
-        if not self._created or self._lost or run.result is None:
+        if ending is None:  # published already
             return
-        trail = run.trail
-        events = trail.dumped(self._flushed)
-        result = dump_result(run.result)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_TIMEOUT_S):
+        if self._failed is not None:  # a write failed past the lease: the end cannot count
+            await self._declare(run, ending, self._failed)
+            return
+        if not self._created:  # ended before its record was made: nothing to store
+            run.publish(ending)
+            return
+        events = [*run.trail.dumped(self._flushed), ev.dump(ending.event)]
+        result = dump_result(ending.result)
+        try:
+            await self._write(
+                lambda: _true(
+                    self.store.finish(
+                        run.id, owner=self.owner, events=events, result=result, epoch=self.epoch
+                    )
+                ),
+                lambda: self._finished_here(result),
+            )
+        except LeaseLost as lost:  # another owner goes on with it: follow the store
+            self.lose(run, lost)
+            run.let_go()
+            return
+        except RunStoreError as exc:  # past the lease, or a value the store cannot keep
+            await self._declare(run, ending, str(exc))
+            return
+        run.publish(ending)
+
+    # ------------------------------------------------------------------ store faults
+
+    async def _write(
+        self,
+        op: Callable[[], Awaitable[T]],
+        landed: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """A write, shielded, tried again through passing faults for ``lease_s``.
+
+        A lease that lapsed while the store failed (the write, refused with
+        :class:`LeaseLost` within a lease of a fault this Runtime saw, finds the run
+        still this owner's: nobody claimed it) is a store fault past the lease, not a
+        loss: ``RunStoreUnavailable``."""
+        faults = self._faults
+
+        async def tracked() -> T:
             try:
+                return await op()
+            except RunStoreUnavailable:
+                faults.seen()
+                raise
+
+        with anyio.CancelScope(shield=True):
+            try:
+                done = await retried(tracked, within_s=self.lease_s, landed=landed)
+            except LeaseLost as lost:
+                if faults.recent(2 * self.lease_s) and await self.still_ours():
+                    why = f"the lease lapsed while the store failed ({lost})"
+                    raise RunStoreUnavailable(why) from lost
+                raise
+        return done
+
+    async def still_ours(self) -> bool:
+        """Whether nobody but this owner has claimed the run (a read; a failing one: yes)."""
+        try:
+            stored = await retried(lambda: self.store.get(self.run_id), within_s=self.lease_s)
+        except RunStoreUnavailable:
+            return True
+        return stored is not None and stored.status == "running" and stored.owner == self.owner
+
+    def fail(self, run: Run, why: Exception | str) -> Decision:
+        """A write failed for longer than the lease (or the lease lapsed while the store
+        failed, says the keeper): the run stops, and ends ``store_failed``."""
+        if self._failed is None:
+            self._failed = str(why)
+            run.cancel(f"the run store failed: {why}")
+        return Decision.end(Termination.STORE_FAILED, self._failed)
+
+    async def _declare(self, run: Run, ending: Ending, why: str) -> None:
+        """Publish ``store_failed``, then give the store that end (bounded: see the module
+        docstring); the Runtime's exit waits for this, in the run's task."""
+        failed = store_failed(ending, why)
+        run.publish(failed)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.owed_s) as scope:
+            done = await self._owe(run, failed)
+        if scope.cancelled_caught or not done:
+            warnings.warn(
+                f"run {run.id} ended store_failed and the run store could not record it "
+                f"within {self.owed_s:g} s; a Runtime that resumes it may end it otherwise",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+    async def _owe(self, run: Run, failed: Ending) -> bool:
+        """Record ``failed`` in the store as this owner, claiming the run back once its lease
+        lapsed; until it is recorded (``True``) or another Runtime has the run (``False``).
+
+        It writes only what must be kept, to fit a store short of room: the
+        ``RunFinished`` event (numbered after the events the store has: those of
+        the rounds it could not take are not kept) and the result without its
+        messages (the last checkpoint has them, up to the last recorded round)."""
+        trail, pause, expired = run.trail, FIRST_PAUSE_S, False
+        result = dump_result(attrs.evolve(failed.result, messages=()))
+        ending = failed.termination.value
+        while True:
+            try:
+                stored = await self.store.get(run.id)
+                if stored is None:
+                    return True  # never recorded: nothing to end
+                if stored.status == "finished":
+                    return bool(stored.result and stored.result["termination"] == ending)
+                if stored.status == "parked":  # a park that landed after all: make it claimable
+                    await self.store.request(run.id, cancel=failed.result.error)
+                    continue
+                lapsed, expired = expired or stored.owner != self.owner, False
+                if lapsed:
+                    claim = await self.store.claim(run.id, owner=self.owner, lease_s=self.lease_s)
+                    if claim is None:
+                        if stored.owner not in (None, self.owner):
+                            return False  # another Runtime holds it
+                        raise RunStoreUnavailable("not claimable yet")
+                    self.epoch = claim.epoch  # the claim's fencing token: ours now
+                    continue  # claimed: read its count again
+                if len(trail) <= stored.events:
+                    return False  # someone else wrote events past ours
+                events = [ev.dump(attrs.evolve(failed.event, seq=stored.events))]
                 await self.store.finish(
                     run.id, owner=self.owner, events=events, result=result, epoch=self.epoch
                 )
+                return True
             except LeaseLost:
-                pass  # another owner goes on with it
-            except RunStoreError as exc:
-                warnings.warn(
-                    f"run {run.id}: its end could not be stored ({exc}); another Runtime "
-                    "may resume it once its lease expires",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
+                expired = True  # our lease lapsed in the store: claim the run back
+                continue
+            except (RunStoreError, ValueError):
+                pass
+            await anyio.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, LONGEST_PAUSE_S)
+
+    async def _committed(self, events: list[dict[str, Any]]) -> Control | None:
+        """A commit of unknown outcome: the store's control if it holds ``events``."""
+        stored = await self.store.get(self.run_id)
+        if stored is None or stored.owner != self.owner or stored.status != "running":
+            return None
+        if not await holds_events(self.store, self.run_id, events):
+            return None
+        return Control(run_id=self.run_id, cancel=stored.cancel, stop=stored.stop)
+
+    async def _parked_here(self, events: list[dict[str, Any]]) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        if stored is None or stored.status not in ("parked", "ready"):
+            return None
+        return True if await holds_events(self.store, self.run_id, events) else None
+
+    async def _finished_here(self, result: dict[str, Any]) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        ok = stored is not None and stored.status == "finished" and same(stored.result, result)
+        return True if ok else None
+
+    async def _created_here(self) -> bool | None:
+        stored = await self.store.get(self.run_id)
+        return True if stored is not None and stored.owner == self.owner else None
 
     # ---------------------------------------------------------------- tool records
 
@@ -358,14 +599,18 @@ class Durable:
                 "output": output,
             },
         )
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.store.record_tool(
+        try:  # a record replaces its call's: trying again is safe as it is
+            await self._write(
+                lambda: self.store.record_tool(
                     self.run_id, owner=self.owner, record=record, epoch=self.epoch
                 )
+            )
         except LeaseLost as lost:
             if self._run is not None:
                 self.lose(self._run, lost)
+        except RunStoreUnavailable as exc:
+            if self._run is not None:
+                self.fail(self._run, exc)
 
     async def recall(
         self, round: int, invocations: Sequence[ToolInvocation]
@@ -382,9 +627,18 @@ class Durable:
         if round != self._recall_round:
             return list(invocations), []
         self._recall_round = None
+        try:
+            records = await retried(
+                lambda: self.store.tool_records(self.run_id), within_s=self.lease_s
+            )
+        except RunStoreUnavailable as exc:
+            assert self._run is not None
+            self.fail(self._run, exc)
+            await anyio.lowlevel.checkpoint()  # the run is cut: no call runs unrecalled
+            raise
         by_id: dict[str, ToolRecord] = {}
         by_call: dict[tuple[str, str], list[ToolRecord]] = {}
-        for r in await self.store.tool_records(self.run_id):  # in recording order
+        for r in records:  # in recording order
             if r.round == round or by_id.get(r.call_id, r).round != round:
                 by_id[r.call_id] = r  # this round's record of the id, else its last
             if r.round == round:
@@ -412,6 +666,11 @@ class Durable:
                 used.add((found.round, found.call_id))
             reused.append((call, _done(call, found)))
         return to_run, reused
+
+
+async def _true(write: Awaitable[None]) -> bool:
+    await write
+    return True
 
 
 def _done(call: ToolUseBlock, record: ToolRecord) -> ToolDone:

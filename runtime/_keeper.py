@@ -5,7 +5,8 @@
 and while the Runtime runs, one task of its own (in the Runtime's task group):
 
 * every ``lease_s / 3`` it renews the leases of the runs this Runtime owns
-  (one :meth:`~.RunStore.renew` for all of them, each at its epoch), moves
+  (one :meth:`~.RunStore.renew` for all of them, each at its epoch, tried
+  again through a passing store fault until the next renewal is due), moves
   each run's own lease deadline on (see :mod:`._durable`, fencing), hands
   cancel and stop requests made through the store to those runs, and cancels
   a run whose lease was lost (another Runtime has it now);
@@ -37,7 +38,16 @@ from ._agent import Agent
 from ._durable import Durable
 from ._history import user_message
 from ._run import Run
-from ._runstore import Claim, LeaseLost, NewRun, RunNotFound, RunStore, RunStoreError
+from ._runstore import (
+    Claim,
+    LeaseLost,
+    NewRun,
+    RunNotFound,
+    RunStore,
+    RunStoreError,
+    RunStoreUnavailable,
+)
+from ._storeretry import Faults, retried
 
 if TYPE_CHECKING:
     from ._startcheck import StartChecked
@@ -71,12 +81,14 @@ class Keeper:
         # process's clock).
         self._claimed_at: dict[str, float] = {}
         self._scope: anyio.CancelScope | None = None
+        #: When the store last failed this Runtime (its runs' writes, its renewals).
+        self.faults = Faults()
 
     def durable(self, run_id: str, agent: Agent[Any, Any], *, recorded: bool = False) -> Durable:
         """A new run's link to the store (its agent is known here from now on);
         ``recorded``: :meth:`record` has created its record already."""
         self.agents.setdefault(agent.name, agent)
-        durable = Durable(self.store, self.owner, self.lease_s, run_id)
+        durable = Durable(self.store, self.owner, self.lease_s, run_id, faults=self.faults)
         if recorded:
             durable.recorded(self._claimed_at.pop(run_id))
         return durable
@@ -151,7 +163,16 @@ class Keeper:
         """A claimed run's link to the store, with the point the run goes on from."""
         run_id = claim.run.run_id
         sent = self._claimed_at.pop(run_id, None)
-        return Durable(self.store, self.owner, self.lease_s, run_id, claim, events, sent)
+        return Durable(
+            self.store,
+            self.owner,
+            self.lease_s,
+            run_id,
+            claim,
+            events,
+            sent,
+            faults=self.faults,
+        )
 
     # --------------------------------------------------------------- the task
 
@@ -194,14 +215,24 @@ class Keeper:
         owned = [(i, pair) for i, pair in self.owned.items() if pair[1].created]
         if not owned:
             return
+        ids = [i for i, _ in owned]
+        epochs = [durable.epoch for _, (_, durable) in owned]
         sent = anyio.current_time()
-        controls = await self.store.renew(
-            self.owner,
-            [i for i, _ in owned],
-            lease_s=self.lease_s,
-            epochs=[durable.epoch for _, (_, durable) in owned],
-        )
+        # A passing fault is tried again until the next renewal is due.
+        try:
+            controls = await retried(
+                lambda: self.store.renew(self.owner, ids, lease_s=self.lease_s, epochs=epochs),
+                within_s=self.lease_s / 3,
+            )
+        except RunStoreUnavailable:
+            self.faults.seen()
+            raise
+        # Leases that lapsed while the store failed were not lost to another Runtime.
+        faulted = self.faults.recent(2 * self.lease_s)
         for (_, (run, durable)), control in zip(owned, controls, strict=True):
+            if control.lost and faulted and await durable.still_ours():
+                durable.fail(run, "its lease lapsed while the run store failed")
+                continue
             if control.lost:
                 durable.lose(run, LeaseLost("its lease expired before it was renewed"))
                 continue

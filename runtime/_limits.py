@@ -30,6 +30,10 @@ class Termination(enum.StrEnum):
     TRUNCATED_TOOL_CALL = "truncated_tool_call"
     UNKNOWN_STOP_REASON = "unknown_stop_reason"
     CRASHED = "crashed"
+    #: The run store could not record the run's end (or a round) for longer than the
+    #: run's lease: the end the run reached is not reported, and the store gets
+    #: this one once it can (DESIGN §22, :mod:`._durable`).
+    STORE_FAILED = "store_failed"
 
     @property
     def ok(self) -> bool:

@@ -56,6 +56,7 @@ from ._accounting import Accounts
 from ._agent import Agent
 from ._budget import Hit, least
 from ._discovery import ActiveTools
+from ._ending import Ending, assemble
 from ._fallback import model_client
 from ._history import user_message
 from ._judgement import Judging
@@ -93,6 +94,7 @@ class Run:
         "_decision",
         "_done",
         "_durable",
+        "_ending",
         "_first",
         "_forced",
         "_judge",
@@ -169,6 +171,7 @@ class Run:
         self._stop_requested = False
         self._started: float | None = None  # when admitted (anyio.current_time())
         self._decision: Decision | None = None  # the loop's, once it has decided
+        self._ending: Ending | None = None  # assembled, until published
         self._forced: Hit | None = None
         self._tools = ActiveTools(agent.tools, False, agent.typed_output)
         self._tool_round: ToolRound | None = None
@@ -259,8 +262,8 @@ class Run:
                 self._decision = await self._transcript.finish(self._decision)
             if self.result is None and (self._durable is None or not self._durable.parked):
                 self._conclude(scope is not None and scope.cancelled_caught)
-            if self._durable is not None:
-                await self._durable.finish(self)  # or lets a parked run go
+            if self._durable is not None:  # publishes the end once stored (or lets it go)
+                await self._durable.finish(self, self._ending)
 
     async def _execute(self, tg: anyio.abc.TaskGroup) -> None:
         """Run the loop in the run's task group; it sets ``_decision`` unless cancelled.
@@ -336,38 +339,22 @@ class Run:
             self._finish(Termination.CANCELLED, "cancelled from outside")
 
     def _finish(self, termination: Termination, error: str | None) -> None:
-        """Assembly (the ``finalize`` stage), then ``RunFinished``: exactly once."""
-        state, trail = self.state, self.trail
-        with trail.stage("finalize"):
-            if self._tool_round is not None:
-                # A run that ended mid-execution still answers every tool_use it got.
-                self._tool_round.abort("the run ended before this call ran")
-                self._tool_round = None
-            output = _output(state, termination)
-            state.error = error
-            usage = state.usage.freeze()
-            judgement = state.judgement
-            messages = tuple(state.messages)
-        trail.add(
-            ev.RunFinished(
-                **trail.head(), termination=termination, usage=usage, output=output, error=error
-            )
+        """Assembly; published now, or once the run store has the end (see ``_ending``)."""
+        tools, self._tool_round = self._tool_round, None
+        self._ending = assemble(
+            self.id, self.agent, self.state, self.trail, tools, termination, error
         )
-        typed = self.agent.typed_output
-        self.result = RunResult(
-            run_id=self.id,
-            output=output if typed is None else typed.result(state, termination),
-            termination=termination,
-            passed=None if judgement is None else judgement.passed,
-            judgement=judgement,
-            usage=usage,
-            messages=messages,
-            events=trail.finish(),
-            error=error,
-        )
+        if self._durable is None:
+            self.publish(self._ending)
+
+    def publish(self, ending: Ending) -> None:
+        """The end counts: ``RunFinished``, the result, the waiters woken; exactly once."""
+        trail = self.trail
+        trail.add(ending.event)
+        self.result = attrs.evolve(ending.result, events=trail.finish())
         # A finished run keeps its result, not its machinery: handles may keep
         # thousands of finished runs, and the garbage collector walks them all.
-        state.messages = []
+        self.state.messages = []
         self._scope = self._tg = self._model = self._tool_actor = self._judge = None
         if self._done is not None:
             self._done.set()
@@ -617,15 +604,6 @@ def _request(run: Run) -> ModelRequest:
         output_format=None if (typed := run.agent.typed_output) is None else typed.format,
     )
     return request if run._transcript is None else run._transcript.bound(request)
-
-
-def _output(state: RunState, termination: Termination) -> str | None:
-    """What a run that ends with ``termination`` gives as its output (see RunResult)."""
-    if termination in (Termination.ANSWERED, Termination.QUALITY_EXHAUSTED):
-        return state.candidate
-    if termination in (Termination.TERMINAL_TOOL, Termination.MAX_CONTINUES):
-        return state.output
-    return None
 
 
 def _tool_actor_factory(agent: Agent[Any, Any], threads: ToolThreads) -> Callable[[], ToolActor]:

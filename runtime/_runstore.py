@@ -88,6 +88,16 @@ class RunNotFound(TetherError, KeyError):
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
+class RunStoreUnavailable(RunStoreError):
+    """A store fault that may pass: a lost connection, a busy, locked or full file.
+
+    The runtime tries the operation again with backoff, for as long as the
+    run's lease would last (:mod:`._storeretry`); a store raises it only when
+    trying again may help. Whether a write that raised it took effect is
+    unknown: the runtime's retries treat it so (see :mod:`._storeretry`).
+    """
+
+
 class LeaseLost(RunStoreError):
     """The writer does not own the run (any more): its lease expired or another claimed it.
 
@@ -368,6 +378,7 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "RunStoreError",
+    "RunStoreUnavailable",
     "StoredRun",
     "ToolRecord",
 ]

@@ -20,7 +20,11 @@ Decisions:
 * **Journal.** WAL (``PRAGMA journal_mode=WAL``): readers never block the
   writer and the writer never blocks readers; ``busy_timeout_s`` is how long
   a writer waits for another writer (another process, say) before the call
-  fails with the store's error.
+  fails with the store's error (its ``transient_error``, when it has one: a
+  busy, locked or full file may pass, and the run store's callers try again).
+  A write refused for room (a full disk, ``RLIMIT_FSIZE``) first empties the
+  WAL into the file (``wal_checkpoint(TRUNCATE)``), so a small write tried
+  again can fit in the pages the file has.
 * **Schema.** Versioned with ``PRAGMA user_version``; created or migrated on
   first use inside ``BEGIN IMMEDIATE`` (so two processes opening a new file at
   once do not race); new files get the store's ``application_id``. A file
@@ -74,6 +78,8 @@ class SQLiteFile:
     #: The class to suggest instead of ``":memory:"``.
     in_memory: ClassVar[str]
     error: ClassVar[type[TetherError]]
+    #: The error for a fault that may pass (locked, busy, full); ``error`` if unset.
+    transient_error: ClassVar[type[TetherError] | None] = None
     schema_version: ClassVar[int]
     #: ``migrations[v]`` takes a database from version ``v`` to ``v + 1``.
     migrations: ClassVar[Mapping[int, tuple[str, ...]]]
@@ -108,6 +114,8 @@ class SQLiteFile:
         self._generation = 0
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        # The pages the file may have under this process's RLIMIT_FSIZE (None: no limit).
+        self._pages: int | None = _UNKNOWN
         # One limiter per event loop: a store may be used by successive event loops.
         self._limiter_var: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
             f"tether.{name}.limiter.{id(self)}"
@@ -150,23 +158,32 @@ class SQLiteFile:
             self._limiter_var.set(limiter)
             return limiter
 
-    async def _run(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _run(self, job: Callable[[sqlite3.Connection], _T], *, reserve: bool = False) -> _T:
+        """``job(connection)`` in a worker thread; ``reserve``: it may use the pages kept
+        back under a file-size limit (see :func:`_size_limit`)."""
         return await anyio.to_thread.run_sync(
-            self._with_connection, job, abandon_on_cancel=False, limiter=self._limiter()
+            self._with_connection, job, reserve, abandon_on_cancel=False, limiter=self._limiter()
         )
 
-    def _with_connection(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _with_connection(
+        self, job: Callable[[sqlite3.Connection], _T], reserve: bool = False
+    ) -> _T:
         """In a worker thread: borrow a connection, run ``job``, give it back."""
         try:
             self._ensure_schema()
             conn, generation = self._borrow()
             healthy = False
             try:
+                if (pages := self._pages) is not None:  # only under a file-size limit
+                    kept = 0 if reserve else self._kept_pages(conn, pages)
+                    conn.execute(f"PRAGMA max_page_count = {max(1, pages - kept)}").fetchall()
                 result = job(conn)
                 healthy = True
             finally:
                 self._give_back(conn, generation, healthy)
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _NO_ROOM:
+                self._make_room()
             raise self._translate(exc) from exc
         except UnicodeDecodeError as exc:
             # sqlite3 decodes SQLite's own error text; a corrupt schema puts the
@@ -177,6 +194,26 @@ class SQLiteFile:
                 f"corrupt ({said})"
             ) from exc
         return result
+
+    def _kept_pages(self, conn: sqlite3.Connection, pages: int) -> int:
+        """Under a file-size limit of ``pages``: how many an ordinary write must leave
+        for the ``reserve=True`` ones (none here; the run store keeps some)."""
+        return 0
+
+    def _make_room(self) -> None:
+        """After a write refused for room (a full disk, a file-size limit): move the WAL
+        into the file and empty it, so that a retried write that needs only pages the file
+        already has (a small end, a replaced row) can fit. Best effort."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+        except sqlite3.Error:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            pass
+        finally:
+            conn.close()
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: autocommit; a job manages its own transactions.
@@ -189,6 +226,8 @@ class SQLiteFile:
         )
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            if self._pages is _UNKNOWN:
+                self._pages = _size_limit(conn)
         except BaseException:
             conn.close()
             raise
@@ -298,11 +337,14 @@ class SQLiteFile:
     def _translate(self, exc: sqlite3.Error) -> TetherError:
         text, kind = str(exc), self.kind
         lowered = text.lower()
+        passing = self.transient_error or self.error
         if isinstance(exc, sqlite3.OperationalError) and ("locked" in lowered or "busy" in lowered):
-            return self.error(
+            return passing(
                 f"{kind} {self.path!r} is locked: another connection held it for "
                 f"longer than the busy timeout ({self.busy_timeout_s:g} s) ({text})"
             )
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _PASSING:
+            return passing(f"{kind} {self.path!r} could not be written: {text}")
         if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
             return self.error(
                 f"{kind} {self.path!r} is not a usable SQLite database: the file is "
@@ -314,6 +356,37 @@ class SQLiteFile:
                 f"and the file is readable and writable ({text})"
             )
         return self.error(f"{kind} {self.path!r} failed: {text}")
+
+
+#: SQLite's primary result codes of faults that may pass: SQLITE_BUSY, SQLITE_LOCKED,
+#: SQLITE_IOERR (a write refused, e.g. past RLIMIT_FSIZE), SQLITE_FULL.
+_PASSING = frozenset({5, 6, 10, 13})
+#: Those of them that say a write found no room: SQLITE_IOERR, SQLITE_FULL.
+_NO_ROOM = frozenset({10, 13})
+
+
+def _size_limit(conn: sqlite3.Connection) -> int | None:
+    """The pages a file may have under this process's ``RLIMIT_FSIZE``; ``None``: no limit.
+
+    Under such a limit (a quota, a test's full disk) the file stops growing at a
+    page count SQLite itself enforces (``max_page_count``), so that a write refused
+    for room fails cleanly and the WAL can always be moved into the file; and a
+    store keeps pages back (``_kept_pages``) for the writes that may use them
+    (``_run(reserve=True)``: the run store's ends and claims), so that a run whose
+    rounds found no room can still record its end."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return max(1, soft // page - 1)
+
+
+#: ``SQLiteFile._pages`` before the first connection read the limit.
+_UNKNOWN = -1
 
 
 def _user_version(conn: sqlite3.Connection) -> int:

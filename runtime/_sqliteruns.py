@@ -51,6 +51,7 @@ from ._runstore import (
     LeaseLost,
     NewRun,
     RunStoreError,
+    RunStoreUnavailable,
     StoredRun,
     ToolRecord,
 )
@@ -128,6 +129,9 @@ _TO_V2 = ("ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _TO_V2}
 
 
+#: The room a run's end takes at most, roughly: a ``RunFinished`` row and a result.
+_END_BYTES = 3072
+
 #: How often :meth:`SQLiteRunStore.wait` looks at the file, by default (seconds).
 POLL_S = 0.05
 
@@ -162,6 +166,7 @@ class SQLiteRunStore(SQLiteFile):
     kind = "run store"
     in_memory = "a temporary file (tmp_path / 'runs.db')"
     error = RunStoreError
+    transient_error = RunStoreUnavailable
     schema_version = SCHEMA_VERSION
     migrations = _MIGRATIONS
     objects = frozenset({"runs", "runs_claimable", "run_events", "run_tools"})
@@ -176,6 +181,13 @@ class SQLiteRunStore(SQLiteFile):
         if not poll_s > 0:
             raise ValueError(f"SQLiteRunStore(poll_s=...) must be > 0, got {poll_s!r}")
         self.poll_s = float(poll_s)
+
+    def _kept_pages(self, conn: sqlite3.Connection, pages: int) -> int:
+        """Room for every running run's end (about 3 KiB each), at least an eighth of
+        the file; asked only under a file-size limit (see ``_sqlite._size_limit``)."""
+        (running,) = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()
+        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        return max(pages // 8, -(-int(running) * _END_BYTES // page))
 
     # ------------------------------------------------------------------ records
 
@@ -341,7 +353,7 @@ class SQLiteRunStore(SQLiteFile):
                 )
                 conn.execute("DELETE FROM run_tools WHERE run_id = ?", (run_id,))
 
-        await self._run(job)
+        await self._run(job, reserve=True)  # an end fits even when rounds no longer do
 
     # ------------------------------------------------------------------ leases
 
@@ -432,7 +444,7 @@ class SQLiteRunStore(SQLiteFile):
                 ).fetchone()
             return Claim(run=run_of_row(claimed), previous_owner=previous)
 
-        return await self._run(job)
+        return await self._run(job, reserve=True)  # to end a run, a claim may be needed
 
     # ------------------------------------------------------------ hosts' writes
 

@@ -139,8 +139,8 @@ def test_contract_events_exist() -> None:
 
 
 def test_termination_values_and_ok() -> None:
-    """Termination is a string enum with the 18 reasons; ok for answered and terminal_tool."""
-    assert len(tether.Termination) == 18
+    """Termination is a string enum with the 19 reasons; ok for answered and terminal_tool."""
+    assert len(tether.Termination) == 19
     assert {t for t in tether.Termination if t.ok} == {
         tether.Termination.ANSWERED,
         tether.Termination.TERMINAL_TOOL,

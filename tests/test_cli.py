@@ -196,7 +196,7 @@ def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     """--help exits 0 and its epilog has the exit-code table."""
     assert cli.main(["run", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "3   failed: provider_failed, fatal_tool_error, crashed" in out
+    assert "3   failed: provider_failed, fatal_tool_error, crashed, store_failed" in out
     assert "64  usage error" in out
 
 

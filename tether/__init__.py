@@ -38,6 +38,7 @@ from tether.runtime import RunNotFound as RunNotFound
 from tether.runtime import RunResult as RunResult
 from tether.runtime import RunStore as RunStore
 from tether.runtime import RunStoreError as RunStoreError
+from tether.runtime import RunStoreUnavailable as RunStoreUnavailable
 from tether.runtime import Runtime as Runtime
 from tether.runtime import RuntimeLike as RuntimeLike
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
@@ -78,6 +79,7 @@ __all__ = [
     "RunResult",
     "RunStore",
     "RunStoreError",
+    "RunStoreUnavailable",
     "Runtime",
     "RuntimeLike",
     "SQLiteConversationStore",

@@ -48,6 +48,7 @@ EXIT_CODES: dict[Termination, int] = {
     Termination.PROVIDER_FAILED: EXIT_FAILED,
     Termination.FATAL_TOOL_ERROR: EXIT_FAILED,
     Termination.CRASHED: EXIT_FAILED,
+    Termination.STORE_FAILED: EXIT_FAILED,
 }
 
 EPILOG = """\
@@ -57,7 +58,7 @@ exit codes of 'tether run' (by termination class):
       max_continues, token_ceiling, cost_ceiling, deadline
   2   stopped: policy_blocked, refusal, cancelled, context_exceeded,
       truncated_tool_call, unknown_stop_reason
-  3   failed: provider_failed, fatal_tool_error, crashed
+  3   failed: provider_failed, fatal_tool_error, crashed, store_failed
 every command:
   64  usage error: bad arguments, a module, attribute or file not found
   65  'tether trace': a line of the file is not a tether event

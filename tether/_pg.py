@@ -16,7 +16,11 @@ Decisions:
 * **Connections.** A ``psycopg_pool.ConnectionPool`` of at most
   ``max_connections`` connections in autocommit mode, opened lazily on first
   use; a job borrows one for its length and opens its own transaction when it
-  writes more than one row. A connection that broke is discarded by the pool.
+  writes more than one row. Each connection is checked on checkout
+  (:func:`_check_connection`: free for a healthy one); one that broke is
+  discarded by the pool and replaced. A fault that may pass (a lost connection, no connection in
+  time, a statement timeout) raises the store's ``transient_error``, which
+  the runtime retries (the run store's: ``RunStoreUnavailable``).
 * **Schema.** Everything a store creates lives in one PostgreSQL schema
   (``schema="tether"`` by default; tests give each their own). The schema's
   ``tether_versions`` table holds one row per component (``conversations``,
@@ -45,6 +49,7 @@ Decisions:
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn, TypeVar
@@ -118,6 +123,9 @@ class PostgresDatabase:
     #: How errors name the store ("lesson store").
     kind: ClassVar[str]
     error: ClassVar[type[TetherError]]
+    #: The error for a fault that may pass (a lost connection, no connection in
+    #: time, a statement timeout); ``error`` if unset.
+    transient_error: ClassVar[type[TetherError] | None] = None
     #: The row of ``tether_versions`` this store owns ("lessons").
     component: ClassVar[str]
     schema_version: ClassVar[int]
@@ -248,6 +256,9 @@ class PostgresDatabase:
                     timeout=self.connect_timeout_s,
                     open=False,
                     name=f"tether-{self.component}",
+                    # A connection the server dropped (pg_terminate_backend, a restart)
+                    # is found and replaced on checkout, not handed to a job.
+                    check=_check_connection,
                 )
                 pool.open(wait=False)
                 self._pool = pool
@@ -260,7 +271,7 @@ class PostgresDatabase:
             with self._get_pool().connection() as conn:
                 return job(conn)
         except psycopg_pool.PoolTimeout as exc:
-            raise self.error(
+            raise (self.transient_error or self.error)(
                 f"{self.kind} at {self.where}: no connection within "
                 f"{self.connect_timeout_s:g} s: is the server running and reachable? ({exc})"
             ) from exc
@@ -366,19 +377,43 @@ class PostgresDatabase:
 
     def _translate(self, exc: psycopg.Error) -> TetherError:
         text = _first_line(exc)
+        passing = self.transient_error or self.error
         if isinstance(exc, psycopg.errors.QueryCanceled):
-            return self.error(
+            return passing(
                 f"{self.kind} at {self.where}: a statement ran past the statement timeout "
                 f"({self.statement_timeout_s:g} s) ({text})"
             )
         if isinstance(exc, psycopg.OperationalError):
-            return self.error(
+            return passing(
                 f"{self.kind} at {self.where}: the connection failed; is the server "
                 f"running? ({text})"
             )
         if isinstance(exc, psycopg.DataError):
             return self.error(f"{self.kind} at {self.where} cannot store this value ({text})")
         return self.error(f"{self.kind} at {self.where} failed: {text}")
+
+
+def _check_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check on checkout: raise if ``conn`` is not usable.
+
+    An idle connection has nothing to read; something readable on its socket is
+    the server speaking out of turn, which is how a terminated backend
+    (``pg_terminate_backend``, a server restart) says goodbye, or the end of the
+    stream. Only then is the connection tried with a round trip
+    (``ConnectionPool.check_connection``), so a healthy connection costs no round
+    trip, and a dropped one is replaced instead of failing the job it was given to.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    fd = conn.fileno()
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        readable = bool(poller.poll(0))
+    else:  # pragma: no cover - Windows
+        readable = bool(select.select([fd], [], [], 0)[0])
+    if readable:
+        psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def _first_line(exc: BaseException) -> str:

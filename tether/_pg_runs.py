@@ -60,6 +60,7 @@ from tether.runtime import (
     LeaseLost,
     NewRun,
     RunStoreError,
+    RunStoreUnavailable,
     StoredRun,
     ToolRecord,
     encode_json,
@@ -193,6 +194,7 @@ class PostgresRunStore(PostgresDatabase):
 
     kind = "run store"
     error = RunStoreError
+    transient_error = RunStoreUnavailable
     component = "runs"
     schema_version = RUNS_SCHEMA_VERSION
     migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1, 1: _RUNS_V2}
