@@ -9,11 +9,11 @@ not part of the public API.
 
 from tether.providers import name_errors_by_package
 
-from ._base import ActorFailed as ActorFailed
-from ._base import ActorRef as ActorRef
-from ._base import RestartPolicy as RestartPolicy
-from ._base import spawn_mailbox as spawn_mailbox
-from ._base import supervise as supervise
+from ._actor import ActorFailed as ActorFailed
+from ._actor import ActorRef as ActorRef
+from ._actor import RestartPolicy as RestartPolicy
+from ._actor import spawn_mailbox as spawn_mailbox
+from ._actor import supervise as supervise
 from ._channel import ReplyChannel as ReplyChannel
 from ._context import ChildRunner as ChildRunner
 from ._context import DepsT as DepsT
@@ -21,12 +21,6 @@ from ._context import RunContext as RunContext
 from ._context import ToolContext as ToolContext
 from ._context import ToolOutput as ToolOutput
 from ._context import current_tool_context as current_tool_context
-from ._errors import ActorCrashed as ActorCrashed
-from ._errors import ActorError as ActorError
-from ._errors import FatalToolError as FatalToolError
-from ._errors import ToolArgumentsInvalid as ToolArgumentsInvalid
-from ._errors import ToolError as ToolError
-from ._errors import TransientToolError as TransientToolError
 from ._gate import ProviderGate as ProviderGate
 from ._judge import JudgeActor as JudgeActor
 from ._judge import JudgeCandidate as JudgeCandidate
@@ -49,6 +43,12 @@ from ._output import dump_output as dump_output
 from ._spawn import cancel_scope as cancel_scope
 from ._spawn import spawn as spawn
 from ._threads import ToolThreads as ToolThreads
+from ._tool_errors import ActorCrashed as ActorCrashed
+from ._tool_errors import ActorError as ActorError
+from ._tool_errors import FatalToolError as FatalToolError
+from ._tool_errors import ToolArgumentsInvalid as ToolArgumentsInvalid
+from ._tool_errors import ToolError as ToolError
+from ._tool_errors import TransientToolError as TransientToolError
 from ._tools import RunTools as RunTools
 from ._tools import ToolActor as ToolActor
 from ._tools import ToolDone as ToolDone

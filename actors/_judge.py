@@ -14,7 +14,7 @@ import attrs
 
 from tether.providers import ProviderContext, TokenUsage
 
-from ._base import ActorFailed
+from ._actor import ActorFailed
 from ._channel import ReplyChannel
 from ._judging import Candidate, Judge, Judgement
 

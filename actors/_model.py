@@ -36,7 +36,7 @@ from tether.providers import (
     bound_response,
 )
 
-from ._base import ActorFailed
+from ._actor import ActorFailed
 from ._channel import ReplyChannel
 from ._gate import ProviderGate
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 
-from tether.actors._errors import ToolArgumentsInvalid
 from tether.actors._schema import _display, _is_record, _json_converter, _json_kind, _schema
+from tether.actors._tool_errors import ToolArgumentsInvalid
 from tether.actors._validate import _converter, _Param, _Params, _problems, _short
 from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 

@@ -38,12 +38,12 @@ import sniffio
 
 from tether.providers import Backoff, Image, ToolUseBlock
 
-from ._base import ActorFailed
+from ._actor import ActorFailed
 from ._channel import ReplyChannel
 from ._context import _CONTEXT, RunContext, ToolOutput
-from ._errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._spawn import _CHECKED
 from ._threads import ToolThreads
+from ._tool_errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
 
 #: Results that may carry images (a tether.Image, or a list of str and Image parts).

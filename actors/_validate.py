@@ -33,7 +33,6 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn
 
-from tether.actors._errors import ToolArgumentsInvalid
 from tether.actors._schema import (
     _array_parts,
     _display,
@@ -51,6 +50,7 @@ from tether.actors._schema import (
     _record_keys,
     _typeddict_keys,
 )
+from tether.actors._tool_errors import ToolArgumentsInvalid
 from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
 
 # ---------------------------------------------------------------------------

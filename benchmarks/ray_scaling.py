@@ -122,7 +122,7 @@ async def _bare_call_ms(calls: int) -> float:
     """The median round trip of a no-op call to an async Ray actor, awaited as a host's is."""
     import ray
 
-    from tether._ray_bridge import wait_ref
+    from tether.ray._bridge import wait_ref
 
     actor = ray.remote(Echo).options(num_cpus=0).remote()
     try:

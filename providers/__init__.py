@@ -33,6 +33,10 @@ from ._errors import TransientProviderError as TransientProviderError
 from ._errors import name_errors_by_package as name_errors_by_package
 from ._fallback import FallbackProvider as FallbackProvider
 from ._fallback import falls_through as falls_through
+from ._messages_json import dump_message as dump_message
+from ._messages_json import dump_messages as dump_messages
+from ._messages_json import load_message as load_message
+from ._messages_json import load_messages as load_messages
 from ._openai import OpenAIProvider as OpenAIProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import context_window_for as context_window_for
@@ -44,10 +48,6 @@ from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import ToolCall as ToolCall
 from ._settings import ModelSettings as ModelSettings
 from ._settings import check_settings as check_settings
-from ._transcript import dump_message as dump_message
-from ._transcript import dump_messages as dump_messages
-from ._transcript import load_message as load_message
-from ._transcript import load_messages as load_messages
 from ._types import IMAGE_MEDIA_TYPES as IMAGE_MEDIA_TYPES
 from ._types import IMAGE_TOKENS_ESTIMATE as IMAGE_TOKENS_ESTIMATE
 from ._types import MAX_IMAGE_BYTES as MAX_IMAGE_BYTES

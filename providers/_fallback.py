@@ -1,7 +1,7 @@
 """``FallbackProvider``: a chain of providers, each tried when the one before fails.
 
 Inside a Runtime the chain is walked by the run, not by this class (see
-``tether.runtime._fallback``): each provider in it gets its own model actor,
+``tether.runtime._failover``): each provider in it gets its own model actor,
 so its own attempts (``Limits.max_provider_attempts`` each), its own
 ``backoff``, its own gate (concurrency and 429 pauses) and its own price. This
 class holds the chain, answers the protocol's questions for the provider in

@@ -48,10 +48,6 @@ from tether.providers import name_errors_by_package
 from ._agent import Agent as Agent
 from ._agent import DepsT as DepsT
 from ._agent import OutputT as OutputT
-from ._context import BoundingStrategy as BoundingStrategy
-from ._context import ContextStrategy as ContextStrategy
-from ._context import KeepAll as KeepAll
-from ._context import TruncateOldest as TruncateOldest
 from ._conversations import ConversationConflict as ConversationConflict
 from ._conversations import ConversationStore as ConversationStore
 from ._conversations import ConversationStoreError as ConversationStoreError
@@ -169,6 +165,10 @@ from ._toolsets import Signals as Signals
 from ._toolsets import ToolFilter as ToolFilter
 from ._toolsets import Toolset as Toolset
 from ._toolsets import ToolsetSession as ToolsetSession
+from ._window import BoundingStrategy as BoundingStrategy
+from ._window import ContextStrategy as ContextStrategy
+from ._window import KeepAll as KeepAll
+from ._window import TruncateOldest as TruncateOldest
 
 __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Agent",

@@ -11,13 +11,13 @@ from typing_extensions import TypeForm, TypeVar
 from tether.actors import OUTPUT_TOOL, Judge, RestartPolicy, ToolSettings, ToolSpec, tool
 from tether.providers import ModelSettings, Provider, check_settings
 
-from ._context import ContextStrategy, KeepAll
 from ._lessons import LessonStore
 from ._limits import Limits
-from ._output import OutputMode, TypedOutput
 from ._policy import PolicyLike
 from ._subagent import agent_tool
 from ._toolsets import Toolset
+from ._typed import OutputMode, TypedOutput
+from ._window import ContextStrategy, KeepAll
 
 Discovery = Literal["first", "auto", "off"]
 
@@ -76,7 +76,7 @@ class Agent(Generic[DepsT, OutputT]):
     default): anything ``@tether.tool`` can describe. The model answers through a
     ``final_result`` tool (``output_mode="tool"``) or, where the provider has
     one, its native structured-output mode (``"native"``); see
-    :mod:`tether.runtime._output`.
+    :mod:`tether.runtime._typed`.
     """
 
     name: str

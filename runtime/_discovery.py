@@ -15,7 +15,7 @@ from tether.actors import ToolSpec, tool
 from tether.providers import ToolDef
 
 if TYPE_CHECKING:
-    from ._output import TypedOutput
+    from ._typed import TypedOutput
 
 #: How many tools one search returns at most.
 SEARCH_LIMIT = 5

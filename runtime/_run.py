@@ -57,12 +57,11 @@ from ._agent import Agent
 from ._budget import Hit, least
 from ._discovery import ActiveTools
 from ._ending import Ending, assemble
-from ._fallback import model_client
+from ._failover import model_client
 from ._history import user_message
 from ._judgement import Judging
 from ._limits import Limits, Termination
 from ._modelcall import ModelClient
-from ._output import OUTPUT_GIVEN, add_user_text
 from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
 from ._result import RunResult
@@ -71,6 +70,7 @@ from ._toolround import Approvals, ToolRound
 from ._toolsets import offer_tools
 from ._trail import EventStream, Trail
 from ._transcript import Transcript
+from ._typed import OUTPUT_GIVEN, add_user_text
 
 if TYPE_CHECKING:
     from ._durable import Durable

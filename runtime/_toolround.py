@@ -39,13 +39,13 @@ from ._accounting import Accounts
 from ._discovery import SEARCH_TOOL, search_catalogue
 from ._input import result_text
 from ._limits import Limits, Termination
-from ._output import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 from ._perrun import PerRun
 from ._policy import Policies, PolicyPoint, Verdict, blocked
 from ._repeats import RecentCalls
 from ._resume import Admission
 from ._state import Decision, PendingApproval, RunState
 from ._trail import Trail
+from ._typed import OUTPUT_FIRST, OUTPUT_GIVEN, TypedOutput
 
 REPEAT_NUDGE = (
     "You already made this exact call (same tool, same arguments) in the previous round; "

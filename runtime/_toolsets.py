@@ -46,9 +46,9 @@ from tether.providers import Backoff, ToolDef
 
 from ._discovery import SEARCH_TOOL, ActiveTools, choose_tools
 from ._limits import Termination
-from ._output import TypedOutput
 from ._state import Decision, RunState
 from ._trail import Trail
+from ._typed import TypedOutput
 
 #: Selects a server's tools by their server-side name: a predicate, or the names.
 ToolFilter = Callable[[str], bool] | Collection[str]

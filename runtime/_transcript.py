@@ -35,13 +35,13 @@ import attrs
 import tether.runtime._events as ev
 from tether.providers import Message, ModelRequest, ToolDef
 
-from ._context import BoundingStrategy, ContextStrategy, KeepAll
 from ._conversations import ConversationStore
 from ._estimate import estimate_message, estimate_overhead
 from ._history import check_history
 from ._limits import Termination
 from ._state import Decision, RunState
 from ._trail import Trail
+from ._window import BoundingStrategy, ContextStrategy, KeepAll
 
 if TYPE_CHECKING:
     from ._agent import Agent

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from tether.actors import ReplyChannel
-from tether.actors._base import spawn_mailbox
+from tether.actors._actor import spawn_mailbox
 
 from .helpers import cancel_once_blocked
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import _cli as cli
-from tether import _cli_common as cli_common
-from tether._cli_run import _with_provider, load_agent
-from tether._cli_trace import read_trace
 from tether._sync import run_sync
+from tether.cli import _common as cli_common
+from tether.cli import _main as cli
+from tether.cli._run_cmd import _with_provider, load_agent
+from tether.cli._trace_cmd import read_trace
 from tether.providers import Reply, ScriptedProvider
 
 pytestmark = pytest.mark.anyio

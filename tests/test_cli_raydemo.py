@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tether import _cli as cli
+from tether.cli import _main as cli
 
 SUMMARY = re.compile(r"^agent-\d{3}  \S.* → (\w+)$")
 HOST = re.compile(r"^host (\d+) \(pid \d+ on \S+\): (\d+) runs$", re.M)
@@ -85,7 +85,7 @@ def test_ray_demo_without_a_cluster_at_address_is_a_usage_error(
 ) -> None:
     """`--address auto` with no cluster there: one line naming the address, exit 64."""
     pytest.importorskip("ray")
-    from tether import _cli_raydemo
+    from tether.cli import _ray_demo as _cli_raydemo
 
     async def no_cluster(*args: object) -> None:
         # What ray.init(address="auto") raises when no cluster runs here.

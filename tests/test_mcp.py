@@ -692,7 +692,7 @@ def test_an_oversized_line_is_dropped_as_it_comes() -> None:
     SDK does, or last, as the TypeScript SDK does); the next line parses."""
     import mcp_types
 
-    from tether._mcp_stdio import RESULT_TOO_LARGE, _Lines
+    from tether.mcp._mcp_stdio import RESULT_TOO_LARGE, _Lines
 
     for line in (
         b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"'
@@ -763,7 +763,7 @@ async def test_the_end_of_the_spawning_thread_is_not_the_end_of_the_host() -> No
     """Linux's parent-death signal comes when the host's *thread* that started the
     launcher ends (trio's worker threads end when idle): the server lives on while the
     host does, and still goes when the host is SIGKILLed later (the launcher polls)."""
-    from tether._mcp_stdio import LAUNCHER
+    from tether.mcp._mcp_stdio import LAUNCHER
 
     host = await anyio.open_process(
         [sys.executable, "-c", THREAD_HOST, LAUNCHER], stderr=subprocess.DEVNULL

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.anyio
 
 need_psycopg()
 
-from tether._pg_runs import _RUNS_V1  # noqa: E402
 from tether.postgres import PostgresRunStore  # noqa: E402
+from tether.postgres._pg_runs import _RUNS_V1  # noqa: E402
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 import tether
 from tether import events as ev
-from tether._cli_run import _follow
+from tether.cli._run_cmd import _follow
 from tether.providers import Fault, Reply, ScriptedProvider, StreamInterrupted, ToolCall
 from tether.runtime import combine
 
@@ -278,8 +278,8 @@ async def test_demo_streams_the_text_of_the_run_in_focus() -> None:
     """The demo's live view follows one run in flight at a time with stream_text()."""
     from rich.console import Console
 
-    from tether._cli_demo import DemoStats, _demo
-    from tether._demo import build
+    from tether.cli._demo_agents import build
+    from tether.cli._demo_cmd import DemoStats, _demo
 
     agents = build(6, seed=0, latency_scale=0.1)
     stats = DemoStats(total=len(agents))
@@ -302,7 +302,7 @@ async def test_demo_streams_the_text_of_the_run_in_focus() -> None:
 
 async def test_tether_trace_reads_a_file_with_deltas_as_the_kept_trail(tmp_path: Path) -> None:
     """`tether trace` skips the deltas of a JsonlSink(deltas=True) file: no false seq gaps."""
-    from tether._cli_trace import read_trace
+    from tether.cli._trace_cmd import read_trace
 
     path = tmp_path / "live.jsonl"
     with tether.JsonlSink(path, deltas=True) as sink:

@@ -19,8 +19,8 @@ import typing_extensions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.actors._errors import ToolArgumentsInvalid, ToolError
 from tether.actors._schema import _json_converter, _json_kind
+from tether.actors._tool_errors import ToolArgumentsInvalid, ToolError
 from tether.actors._toolspec import (
     ToolResultUnserializable,
     ToolSpec,

@@ -1,6 +1,6 @@
-"""``python -m tether``: the command line, in :mod:`tether._cli`."""
+"""``python -m tether``: the command line, in :mod:`tether.cli._main`."""
 
-from tether._cli import main
+from tether.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

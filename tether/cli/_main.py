@@ -1,9 +1,9 @@
 """The ``tether`` command line (``python -m tether``): the parser, ``main`` and shared output.
 
-The commands live next to it: ``demo`` in :mod:`tether._cli_demo`, ``ray-demo`` in
-:mod:`tether._cli_raydemo`, ``run`` in
-:mod:`tether._cli_run`, ``trace`` in :mod:`tether._cli_trace`; what they share
-(exit codes, errors, output helpers) in :mod:`tether._cli_common`.
+The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
+:mod:`tether.cli._ray_demo`, ``run`` in
+:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+(exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
 a terminal; without it, or with ``--plain``, or when stdout is a pipe, every
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tether._cli_common import (
+from tether.cli._common import (
     EPILOG,
     EXIT_DATA,
     EXIT_INTERRUPTED,
@@ -29,10 +29,10 @@ from tether._cli_common import (
     UsageError,
     _err,
 )
-from tether._cli_demo import _cmd_demo
-from tether._cli_raydemo import _cmd_ray_demo
-from tether._cli_run import _cmd_run
-from tether._cli_trace import _cmd_trace
+from tether.cli._demo_cmd import _cmd_demo
+from tether.cli._ray_demo import _cmd_ray_demo
+from tether.cli._run_cmd import _cmd_run
+from tether.cli._trace_cmd import _cmd_trace
 
 
 class _Parser(argparse.ArgumentParser):

@@ -24,7 +24,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._channel import Doorbell, ReplyChannel
-from ._errors import ActorCrashed
+from ._tool_errors import ActorCrashed
 
 
 @attrs.frozen(kw_only=True)

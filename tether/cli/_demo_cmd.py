@@ -13,7 +13,7 @@ import anyio
 import attrs
 
 from tether import events as ev
-from tether._cli_common import (
+from tether.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
@@ -28,7 +28,7 @@ from tether.runtime import JsonlSink, RunHandle, RunResult, Runtime, Termination
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from tether._demo import DemoAgent
+    from tether.cli._demo_agents import DemoAgent
 
 
 #: How much of the run in focus's text the live view shows (its tail).
@@ -140,7 +140,7 @@ def _cost(results: Iterable[RunResult]) -> float | None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from tether._demo import build
+    from tether.cli._demo_agents import build
 
     if args.agents < 1:
         raise UsageError(f"--agents must be at least 1, got {args.agents}")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tether import events as ev
-from tether._cli_common import (
+from tether.cli._common import (
     EXIT_OK,
     DataError,
     UsageError,

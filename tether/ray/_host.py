@@ -71,7 +71,7 @@ class HostConfig:
     provider_concurrency: int
     tool_threads: int
     shutdown_grace_s: float
-    #: The fleet's budget (see :mod:`tether._ray_fleet`), or ``None``.
+    #: The fleet's budget (see :mod:`tether.ray._fleet`), or ``None``.
     limits: Limits | None = None
     #: The fleet's budget ledger actor (with ``limits``), or ``None``.
     coordinator: Any = None
@@ -161,7 +161,7 @@ class Host:
             )
             self._owner = _owner(rt, self.index)
             if config.coordinator is not None and config.limits is not None:
-                from tether._ray_fleet import join_budget
+                from tether.ray._fleet import join_budget
 
                 self._budget = join_budget(rt, config.coordinator, self._owner, config.limits)
             async with rt:

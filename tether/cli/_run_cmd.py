@@ -19,7 +19,8 @@ import anyio
 import attrs
 
 from tether import events as ev
-from tether._cli_common import (
+from tether.actors import ToolSpec
+from tether.cli._common import (
     EXIT_CODES,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -34,7 +35,6 @@ from tether._cli_common import (
     _write,
     on_ctrl_c,
 )
-from tether.actors import ToolSpec
 from tether.providers import (
     AnthropicProvider,
     ModelRequest,

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from tether._ray_bridge import wait_ref
+from tether.ray._bridge import wait_ref
 from tether.runtime import BudgetLedger, Grant, Limits, Runtime, SlicedBudget, Spent
 
 

@@ -1,6 +1,6 @@
 """PostgreSQL conversation and lesson stores: the SQLite stores' semantics, for many machines.
 
-Both share :class:`~tether._pg.PostgresDatabase` (a pool used from worker
+Both share :class:`~tether.postgres._pg.PostgresDatabase` (a pool used from worker
 threads, a versioned schema) and keep their SQLite counterparts' contracts:
 
 * :class:`PostgresConversationStore`: a conversation is its rows of

@@ -16,7 +16,7 @@ differences:
   found is dropped, and its call ends at its timeout). Other calls on the same
   server go on meanwhile.
 * **The server dies with its host.** On POSIX the server runs under
-  ``tether/_mcp_launch.py`` (see it): in a process group of its own, ended
+  ``tether/mcp/_mcp_launch.py`` (see it): in a process group of its own, ended
   when the host process dies, even by ``SIGKILL``, within
   ``_mcp_launch.GRACE_S`` seconds. On Windows the SDK's transport is used
   (its Job Object ties the server to the host).

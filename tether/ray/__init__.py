@@ -12,7 +12,7 @@
 
 A :class:`RayRuntime` has the :class:`tether.Runtime` interface. Behind it,
 each **host** is an async Ray actor (its own process, wherever Ray places it)
-running a tether ``Runtime`` on asyncio (:mod:`tether._ray_host`). Ray does
+running a tether ``Runtime`` on asyncio (:mod:`tether.ray._host`). Ray does
 the placement, the restarts and the transport; tether builds no cluster of
 its own.
 
@@ -27,7 +27,7 @@ its own.
   its settings and opens its own connections. Deps travel with each run.
   Results and events come back in tether's JSON forms.
 * **The caller** may be on asyncio or trio. A handle waiting on a host holds
-  no thread: it waits on the Ray object's future (:mod:`tether._ray_bridge`).
+  no thread: it waits on the Ray object's future (:mod:`tether.ray._bridge`).
   Following a run is a long poll that returns a batch per call.
 * **Failover.** With a run store shared by the hosts (``SQLiteRunStore`` on
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
@@ -41,7 +41,7 @@ its own.
   stays gap-free, and a reader that keeps events by ``seq`` replaces those
   of the round done again. Without a shared store a dead host's runs end
   ``crashed``, with the reason.
-* **Fleet-wide limits** (:mod:`tether._ray_fleet`). ``limits=`` is a token
+* **Fleet-wide limits** (:mod:`tether.ray._fleet`). ``limits=`` is a token
   and cost budget over all hosts, which lease slices of it from one ledger
   actor; a 429 with retry-after pauses that endpoint on every host; and
   ``provider_concurrency`` is per endpoint across the fleet (each host gets
@@ -70,9 +70,9 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.ray needs Ray: pip install 'tether[ray]'") from exc
 
 from tether import events as ev
-from tether._ray_bridge import wait_ref
-from tether._ray_host import Host, HostConfig, HostInfo, Kind
 from tether.providers import Message, ModelSettings
+from tether.ray._bridge import wait_ref
+from tether.ray._host import Host, HostConfig, HostInfo, Kind
 from tether.runtime import (
     Agent,
     BudgetExhausted,
@@ -262,7 +262,7 @@ class RayRuntime:
         actor = ray.remote(Host)
         options = {"max_concurrency": 100_000, "max_task_retries": 0} | self._host_options
         if self.limits is not None:
-            from tether._ray_fleet import Coordinator
+            from tether.ray._fleet import Coordinator
 
             self._coordinator = (
                 ray.remote(Coordinator).options(num_cpus=0).remote(self.limits, self._n)

@@ -29,9 +29,9 @@ What a call's result becomes:
 - past the call's timeout: ``timeout``, as for any tool;
 - past the server's ``max_result_bytes`` (8 MiB by default): ``model_error``
   with :class:`MCPResultTooLarge` (over stdio the answer is dropped as it is
-  read, never held: see :mod:`tether._mcp_stdio`).
+  read, never held: see :mod:`tether.mcp._mcp_stdio`).
 
-A stdio server runs under :mod:`tether._mcp_launch`, which ends it (and its
+A stdio server runs under :mod:`tether.mcp._mcp_launch`, which ends it (and its
 process group) when the host process dies, even by ``SIGKILL``.
 
 Arguments are passed through (they must be a JSON object): the server checks
@@ -63,8 +63,8 @@ from mcp.client.subscriptions import Subscription, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from tether._mcp_stdio import RESULT_TOO_LARGE, stdio_transport
 from tether.actors import ToolError, ToolOutput
+from tether.mcp._mcp_stdio import RESULT_TOO_LARGE, stdio_transport
 from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
@@ -143,7 +143,7 @@ class MCPServerStdio(Toolset):
     (``sys.stderr`` by default). Its default ``name`` is the program and its
     first operand (``python server.py``). Closing the connection closes the
     server's stdin, then ends the process (and its children) if it lingers;
-    the host process dying ends them too (see :mod:`tether._mcp_launch`).
+    the host process dying ends them too (see :mod:`tether.mcp._mcp_launch`).
     ``max_result_bytes`` bounds one answer of the server (see the module).
     """
 

@@ -1,7 +1,7 @@
 """``tether ray-demo``: ``tether demo``'s workload over a local Ray cluster (``RayRuntime``).
 
 The same agents, the same live view and the same tally as ``tether demo``
-(:mod:`tether._cli_demo`), run through :class:`tether.ray.RayRuntime` over
+(:mod:`tether.cli._demo_cmd`), run through :class:`tether.ray.RayRuntime` over
 ``--hosts`` host actors, plus a line per host saying how many runs it took.
 Ray is imported only when the command runs: without the ``ray`` extra the
 command says which extra to install (exit 64), and the other commands never
@@ -21,7 +21,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from tether._cli_common import (
+from tether.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
@@ -30,7 +30,7 @@ from tether._cli_common import (
     _rich_console,
     on_ctrl_c,
 )
-from tether._cli_demo import (
+from tether.cli._demo_cmd import (
     DemoStats,
     Tally,
     _LiveView,
@@ -43,7 +43,7 @@ from tether.runtime import JsonlSink, RunResult
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tether._demo import DemoAgent
+    from tether.cli._demo_agents import DemoAgent
     from tether.ray import RayRunHandle, RayRuntime
 
 
@@ -76,7 +76,7 @@ class RayTally:
 
 
 def _cmd_ray_demo(args: argparse.Namespace) -> int:
-    from tether._demo import build
+    from tether.cli._demo_agents import build
 
     if args.agents < 1:
         raise UsageError(f"--agents must be at least 1, got {args.agents}")
