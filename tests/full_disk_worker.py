@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import re
 import resource
 import signal
 import sys
+import warnings
 
 import anyio
 
@@ -50,11 +52,25 @@ def agent() -> tether.Agent:
 
 
 async def main(path: str) -> None:
+    """Print what each caller was told, and which runs' ``store_failed`` the Runtime said it
+    could not record (its ``RuntimeWarning``: those are the case the docs leave open)."""
     store = tether.SQLiteRunStore(path, poll_s=0.05)
-    async with tether.Runtime(store=store, lease_s=LEASE_S) as rt:
-        handles = [rt.start(agent(), f"q{i}", run_id=f"disk-{i}") for i in range(RUNS)]
-        results = [await h.result() for h in handles]
-    print(json.dumps({r.run_id: r.termination.value for r in results}), flush=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with tether.Runtime(store=store, lease_s=LEASE_S) as rt:
+            handles = [rt.start(agent(), f"q{i}", run_id=f"disk-{i}") for i in range(RUNS)]
+            results = [await h.result() for h in handles]
+    unrecorded = [
+        found.group(1)
+        for w in caught
+        if (
+            found := re.match(
+                r"run (\S+) ended store_failed and the run store could not", str(w.message)
+            )
+        )
+    ]
+    told = {r.run_id: r.termination.value for r in results}
+    print(json.dumps({"told": told, "unrecorded": unrecorded}), flush=True)
 
 
 if __name__ == "__main__":
