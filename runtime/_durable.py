@@ -94,8 +94,9 @@ caller gets is the end the store holds, and no run id has two.
   killed (to be resumed) from one whose owner reported ``store_failed`` and
   could not say so. Both stores make it rare: PostgreSQL faults (a dropped
   connection, a restart) pass within a lease for every client alike, and a
-  SQLite file is one machine's, where the room kept for ends lets the owner
-  record them (60 of 60 runs in ``tests/test_full_disk.py``).
+  SQLite file is one machine's, where the room kept for ends (and a new run
+  refused when the file has no room left for its end) lets the owner record them
+  (every one in ``tests/test_full_disk.py``).
 """
 
 from __future__ import annotations

@@ -129,8 +129,12 @@ _TO_V2 = ("ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _TO_V2}
 
 
-#: The room a run's end takes at most, roughly: a ``RunFinished`` row and a result.
-_END_BYTES = 3072
+#: The largest end (its rows' bytes) that may use the room kept for ends: a lean one,
+#: a ``RunFinished`` row and a result without its messages, is about 1 KiB.
+_END_BYTES = 2048
+#: The room kept for each running run's end: twice the largest, for the B-tree pages
+#: its rows split (measured: a 1 KiB end grows the file by up to 3 KiB).
+_END_ROOM = 2 * _END_BYTES
 
 #: How often :meth:`SQLiteRunStore.wait` looks at the file, by default (seconds).
 POLL_S = 0.05
@@ -182,12 +186,30 @@ class SQLiteRunStore(SQLiteFile):
             raise ValueError(f"SQLiteRunStore(poll_s=...) must be > 0, got {poll_s!r}")
         self.poll_s = float(poll_s)
 
-    def _kept_pages(self, conn: sqlite3.Connection, pages: int) -> int:
-        """Room for every running run's end (about 3 KiB each), at least an eighth of
-        the file; asked only under a file-size limit (see ``_sqlite._size_limit``)."""
+    def _kept_pages(self, conn: sqlite3.Connection, pages: int, *, more: int = 0) -> int:
+        """Room for every running run's end (``_END_ROOM`` each; ``more``: that many runs
+        about to start running), at least an eighth of the file; asked only under a
+        file-size limit (see ``_sqlite._size_limit``)."""
         (running,) = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()
         page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        return max(pages // 8, -(-int(running) * _END_BYTES // page))
+        return max(pages // 8, -(-(int(running) + more) * _END_ROOM // page))
+
+    def _room_for_its_end(self, conn: sqlite3.Connection) -> None:
+        """Under a file-size limit, refuse a new run (a passing fault, as a full disk)
+        unless the file still has the room kept for every running run's end, this
+        one's included. ``max_page_count`` alone cannot: SQLite never sets it below the
+        pages the file has, so writes fill those pages while the file is already past
+        the room kept, and each new run would claim an end the file cannot hold (the
+        last runs told ``store_failed`` then could not record it)."""
+        if (pages := self._pages) is None or pages < 0:
+            return
+        (count,) = conn.execute("PRAGMA page_count").fetchone()
+        (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+        if int(count) - int(free) + self._kept_pages(conn, pages, more=1) > pages:
+            raise RunStoreUnavailable(
+                f"{self.kind} {self.path!r} could not be written: no room is left for "
+                "another run's end under the file-size limit"
+            )
 
     # ------------------------------------------------------------------ records
 
@@ -199,6 +221,7 @@ class SQLiteRunStore(SQLiteFile):
             with _Transaction(conn):
                 if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
                     raise ValueError(f"the run store already has a run {run.run_id!r}")
+                self._room_for_its_end(conn)
                 conn.execute(
                     "INSERT INTO runs (run_id, agent, input, messages, parent_run_id, created_at, "
                     "status, owner, lease_expires_at, updated_at, epoch) "
@@ -340,8 +363,12 @@ class SQLiteRunStore(SQLiteFile):
         result: Mapping[str, JSON],
         epoch: int | None = None,
     ) -> None:
+        rows, value = _rows(events), encode_json(result)
+        # Only an end no larger than the room kept for it may use that room: a larger one
+        # would take other runs' (one that finds no room ends store_failed, leanly).
+        lean = len(value) + sum(len(row) for _, row in rows) <= _END_BYTES
+
         def job(conn: sqlite3.Connection) -> None:
-            rows, value = _rows(events), encode_json(result)
             now = time.time()
             with _Transaction(conn):
                 count = _owned(conn, run_id, owner, now, epoch)
@@ -353,7 +380,7 @@ class SQLiteRunStore(SQLiteFile):
                 )
                 conn.execute("DELETE FROM run_tools WHERE run_id = ?", (run_id,))
 
-        await self._run(job, reserve=True)  # an end fits even when rounds no longer do
+        await self._run(job, reserve=lean)  # an end fits even when rounds no longer do
 
     # ------------------------------------------------------------------ leases
 

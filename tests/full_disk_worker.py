@@ -53,7 +53,7 @@ def agent() -> tether.Agent:
 
 async def main(path: str) -> None:
     """Print what each caller was told, and which runs' ``store_failed`` the Runtime said it
-    could not record (its ``RuntimeWarning``: those are the case the docs leave open)."""
+    could not record (its ``RuntimeWarning``: the test expects none)."""
     store = tether.SQLiteRunStore(path, poll_s=0.05)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
