@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NoReturn, TypeVar
 
@@ -281,7 +282,7 @@ class SQLiteFile:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        _enable_wal(conn)
+        _enable_wal(conn, self.busy_timeout_s)
 
     def _check_ours(self, conn: sqlite3.Connection) -> int:
         """The schema version of a new file or one of this store's; the error otherwise.
@@ -394,10 +395,20 @@ def _user_version(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def _enable_wal(conn: sqlite3.Connection) -> None:
-    # Persistent in the file; a no-op once set. Needs a moment of exclusive access,
-    # so it waits for the busy timeout like any write.
-    conn.execute("PRAGMA journal_mode = WAL").fetchone()
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Persistent in the file; a no-op once set. It needs a moment of exclusive access,
+    and SQLite may refuse it at once ("database is locked") rather than wait in its busy
+    handler while another connection opens the same new file: so it is tried again,
+    for up to the busy timeout (this runs in a worker thread)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 __all__ = ["MAX_THREADS", "SQLiteFile"]

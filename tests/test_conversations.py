@@ -464,6 +464,10 @@ async def test_a_refused_turn_is_not_ok(tmp_path: Path) -> None:
 
     agent = tether.Agent(name="c", provider=ScriptedProvider(script), tools=[meet])
     results: list[tether.RunResult] = []
+    # The file made first: two stores opening one new file at once is not what this tests.
+    first = tether.SQLiteConversationStore(path)
+    assert await first.load("c") == []
+    await first.aclose()
 
     async def turn() -> None:
         async with tether.Runtime(conversations=tether.SQLiteConversationStore(path)) as rt:
