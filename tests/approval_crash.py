@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,23 +29,16 @@ import tether
 from tether import events as ev
 
 from . import approval_worker as worker
-from .crash_durable import ROOT, _errors, _kill
+from .crash_durable import _errors, _kill, spawn_worker
+from .crash_durable import log_lines as _lines
 
 
 def _spawn(
     phase: str, factory: str, arg: str, workdir: Path, backend: str
 ) -> subprocess.Popen[bytes]:
-    argv = [phase, factory, arg, str(workdir), backend]
-    # stderr to a file: a pipe of a killed process would be left open.
-    with (workdir / f"{phase}-{time.monotonic_ns()}.err").open("wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.approval_worker", *argv], cwd=ROOT, stderr=err
-        )
-
-
-def _lines(workdir: Path) -> list[str]:
-    path = workdir / "log"
-    return path.read_text().splitlines() if path.exists() else []
+    return spawn_worker(
+        "tests.approval_worker", workdir, phase, factory, arg, str(workdir), backend
+    )
 
 
 def _kill_at_commit(proc: subprocess.Popen[bytes], workdir: Path, commits: int) -> None:

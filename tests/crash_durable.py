@@ -50,25 +50,24 @@ class Tally:
     calls: int
 
 
+def spawn_worker(module: str, workdir: Path, *argv: str) -> subprocess.Popen[bytes]:
+    """``python -m module *argv`` from the repository root, its stderr in a file of
+    ``workdir`` (``argv[0]``, the phase, names it; :func:`_errors` reads them all)."""
+    # stderr to a file: a pipe of a killed process would be left open.
+    with (workdir / f"{argv[0]}-{time.monotonic_ns()}.err").open("wb") as err:
+        return subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, stderr=err)
+
+
+def log_lines(workdir: Path) -> list[str]:
+    """The lines a worker logged (its ``log`` file in ``workdir``), none if none yet."""
+    path = workdir / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def _spawn(
     phase: str, factory: str, arg: str, workdir: Path, backend: str
 ) -> subprocess.Popen[bytes]:
-    # stderr to a file: a pipe of a killed process would be left open.
-    with (workdir / f"{phase}-{time.monotonic_ns()}.err").open("wb") as err:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.crash_worker",
-                phase,
-                factory,
-                arg,
-                str(workdir),
-                backend,
-            ],
-            cwd=ROOT,
-            stderr=err,
-        )
+    return spawn_worker("tests.crash_worker", workdir, phase, factory, arg, str(workdir), backend)
 
 
 def _errors(workdir: Path) -> str:

@@ -22,7 +22,6 @@ import importlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,9 +34,9 @@ import tether
 from tether import events as ev
 
 from . import fence_worker as worker
+from .crash_durable import _errors, spawn_worker
 from .pg import PgServer, test_dsn
 
-ROOT = Path(__file__).resolve().parent.parent
 #: How long the owner is stopped: three leases.
 STOPPED_S = 3.0
 
@@ -71,25 +70,7 @@ class Probe:
 def _spawn(
     phase: str, factory: str, arg: str, workdir: Path, backend: str
 ) -> subprocess.Popen[bytes]:
-    with (workdir / f"{phase}.err").open("wb") as err:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.fence_worker",
-                phase,
-                factory,
-                arg,
-                str(workdir),
-                backend,
-            ],
-            cwd=ROOT,
-            stderr=err,
-        )
-
-
-def _errors(workdir: Path) -> str:
-    return "\n".join(p.read_text() for p in sorted(workdir.glob("*.err")))
+    return spawn_worker("tests.fence_worker", workdir, phase, factory, arg, str(workdir), backend)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], workdir: Path, phase: str) -> None:

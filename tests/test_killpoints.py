@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,7 +31,8 @@ import tether
 from tether import events as ev
 
 from . import killpoint_worker as worker
-from .crash_durable import ROOT, _errors, _kill
+from .crash_durable import _errors, _kill, spawn_worker
+from .crash_durable import log_lines as _lines
 from .pg import PgServer
 
 POINTS = ["create", "create-after", "commit", "record_tool", "park", "finish"]
@@ -43,17 +43,8 @@ POSTGRES = "tests.test_crash_postgres:postgres_store"
 def _spawn(
     phase: str, point: str, factory: str, arg: str, workdir: Path, backend: str
 ) -> subprocess.Popen[bytes]:
-    argv = [phase, point, factory, arg, str(workdir), backend]
-    # stderr to a file: a pipe of a killed process would be left open.
-    with (workdir / f"{phase}-{time.monotonic_ns()}.err").open("wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.killpoint_worker", *argv], cwd=ROOT, stderr=err
-        )
-
-
-def _lines(workdir: Path) -> list[str]:
-    path = workdir / "log"
-    return path.read_text().splitlines() if path.exists() else []
+    argv = (phase, point, factory, arg, str(workdir), backend)
+    return spawn_worker("tests.killpoint_worker", workdir, *argv)
 
 
 def _kill_at(proc: subprocess.Popen[bytes], workdir: Path, point: str) -> None:
