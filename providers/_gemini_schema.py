@@ -145,6 +145,10 @@ def _convert(
             out["enum"] = list(values)
             out.setdefault("type", "string")
         elif values:
+            if "type" not in out:
+                kinds = {_json_type(v) for v in values}
+                if len(kinds) == 1 and None not in kinds:
+                    out["type"] = kinds.pop()
             listed = ", ".join(json.dumps(v) for v in values)
             text = out.get("description")
             out["description"] = f"{text} (one of: {listed})" if text else f"One of: {listed}"
@@ -177,6 +181,16 @@ def _convert(
     if "type" not in out and "anyOf" not in out:
         out["type"] = "object" if "properties" in out else "string"
     return out
+
+
+def _json_type(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return None
 
 
 def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
