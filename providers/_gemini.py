@@ -506,6 +506,14 @@ def _usage(raw: Any, shape: Shape) -> TokenUsage:
     )
 
 
+def _covers(usage: TokenUsage, earlier: TokenUsage) -> bool:
+    return (
+        usage.input_tokens >= earlier.input_tokens
+        and usage.output_tokens >= earlier.output_tokens
+        and usage.cache_read_tokens >= earlier.cache_read_tokens
+    )
+
+
 def _new_id() -> str:
     return f"{CALL_ID_PREFIX}{uuid.uuid4().hex[:24]}"
 
@@ -523,7 +531,8 @@ class _State:
     finish: str | None = None
     blocked: str | None = None
     usage: TokenUsage = ZERO_USAGE
-    has_usage: bool = False
+    #: The last usage yielded as a UsageDelta.
+    reported: TokenUsage = ZERO_USAGE
     chunks: int = 0
     finish_message: str | None = None
 
@@ -562,8 +571,13 @@ class _State:
                 )
         if chunk.get("usageMetadata") is not None:
             usage = _usage(chunk["usageMetadata"], shape)
-            if usage != self.usage or not self.has_usage:
-                self.usage, self.has_usage = usage, True
+            # Each report is cumulative; the runtime charges what one adds to the last, and
+            # never takes back. One that would (a count that went down) is not reported
+            # live; the response carries the last report either way.
+            grows = _covers(usage, self.reported)
+            self.usage = usage
+            if grows and usage != self.reported:
+                self.reported = usage
                 out.append(UsageDelta(usage=usage))
         return out
 

@@ -85,10 +85,13 @@ def stream_chunks(
 ) -> list[tuple[str | None, Any]]:
     """One chunk per text piece, one with the calls, the finishing one with usage."""
     chunks: list[dict[str, Any]] = []
-    partial = {"promptTokenCount": 30, "totalTokenCount": 30}
-    for piece in text:
-        chunk = response_json(text=piece, finish=None, usage=partial if usage else None)
-        chunks.append(chunk)
+    for n, piece in enumerate(text, 1):
+        # Every chunk reports usage so far: the prompt's counts, the answer's growing.
+        partial = None
+        if usage is not None:
+            partial = {**usage, "candidatesTokenCount": n, "totalTokenCount": 40 + n}
+            partial.pop("thoughtsTokenCount", None)
+        chunks.append(response_json(text=piece, finish=None, usage=partial))
     if calls:
         chunks.append(response_json(text=None, calls=calls, finish=None, usage=None))
     if finish is not None:

@@ -521,3 +521,18 @@ def test_json_schema_is_converted_to_geminis_dialect() -> None:
     }
     assert "$defs" in schema  # the tool's own schema is not changed
     assert parameters_of({"type": "object", "properties": {}}) is None
+
+
+async def test_a_usage_report_that_would_take_back_tokens_is_not_reported_live() -> None:
+    """Reports are cumulative and charged by difference: one whose counts went down (a cached
+    count that arrived late) is not yielded; the response has the last report."""
+    early = {"promptTokenCount": 30, "candidatesTokenCount": 1}
+    chunks = [
+        (None, gem.response_json(text="Hi", finish=None, usage=early)),
+        (None, gem.response_json(text=None, usage=gem.USAGE)),
+    ]
+    async with fake_server(sse_answer(sse_body(chunks))) as server:
+        items = await collect(gem.provider(server.url), REQUEST)
+    reported = [i.usage for i in items if isinstance(i, UsageDelta)]
+    assert [(u.input_tokens, u.cache_read_tokens) for u in reported] == [(30, 0)]
+    assert final(items).usage == gem.EXPECTED_USAGE
