@@ -146,9 +146,9 @@ def _convert(
             out.setdefault("type", "string")
         elif values:
             if "type" not in out:
-                kinds = {_json_type(v) for v in values}
-                if len(kinds) == 1 and None not in kinds:
-                    out["type"] = kinds.pop()
+                found = {_json_type(v) for v in values}
+                if len(found) == 1 and None not in found:
+                    out["type"] = found.pop()
             listed = ", ".join(json.dumps(v) for v in values)
             text = out.get("description")
             out["description"] = f"{text} (one of: {listed})" if text else f"One of: {listed}"

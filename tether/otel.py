@@ -31,7 +31,8 @@ Spans, with explicit start and end times taken from the events' ``at``:
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
-``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.agent.name``,
+``gen_ai.system``: the provider's name, ``gcp.gemini`` for ``GeminiProvider``;
+``gen_ai.request.model``, ``gen_ai.agent.name``,
 ``gen_ai.usage.input_tokens`` / ``output_tokens``,
 ``gen_ai.response.finish_reasons``, ``gen_ai.tool.name``,
 ``gen_ai.tool.call.id``, ``error.type``) plus ``tether.*`` ones
@@ -100,6 +101,15 @@ def _json(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError):
         return repr(value)
+
+
+#: Provider names whose GenAI semantic-conventions name differs from tether's.
+_SYSTEMS = {"gemini": "gcp.gemini"}
+
+
+def _system(provider: str) -> str:
+    """``gen_ai.provider.name`` for a provider's tether name (the Gemini API is ``gcp.gemini``)."""
+    return _SYSTEMS.get(provider, provider)
 
 
 @attrs.define
@@ -276,8 +286,7 @@ class OtelSink:
             "tether.run_id": event.run_id,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = provider
-            attributes["gen_ai.system"] = provider
+            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = _system(provider)
         if model:
             attributes["gen_ai.request.model"] = model
         if event.parent_run_id:
@@ -331,8 +340,7 @@ class OtelSink:
             "tether.provider_attempts": event.attempt,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = provider
-            attributes["gen_ai.system"] = provider
+            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = _system(provider)
         if model:
             attributes["gen_ai.request.model"] = model
         if event.max_tokens is not None:
@@ -365,8 +373,8 @@ class OtelSink:
         span.update_name(f"chat {event.to_model}")
         span.set_attribute("gen_ai.request.model", event.to_model)
         if event.to_provider:
-            span.set_attribute("gen_ai.provider.name", event.to_provider)
-            span.set_attribute("gen_ai.system", event.to_provider)
+            span.set_attribute("gen_ai.provider.name", _system(event.to_provider))
+            span.set_attribute("gen_ai.system", _system(event.to_provider))
 
     def _model_call_finished(self, run: _RunSpans, event: ev.ModelCallFinished) -> None:
         span = run.chat
