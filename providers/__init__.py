@@ -63,6 +63,8 @@ from ._types import OutputFormat as OutputFormat
 from ._types import Price as Price
 from ._types import Provider as Provider
 from ._types import ProviderContext as ProviderContext
+from ._types import Reasoning as Reasoning
+from ._types import ReasoningDelta as ReasoningDelta
 from ._types import StopReason as StopReason
 from ._types import StreamItem as StreamItem
 from ._types import TextBlock as TextBlock
@@ -108,6 +110,8 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "Reasoning",
+    "ReasoningDelta",
     "Reply",
     "ResponseTooLarge",
     "ScriptExhausted",
