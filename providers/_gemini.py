@@ -105,6 +105,8 @@ from ._types import (
     ModelRequest,
     ModelResponse,
     ProviderContext,
+    Reasoning,
+    ReasoningDelta,
     StopReason,
     StreamItem,
     TextBlock,
@@ -123,6 +125,8 @@ FALLBACK_KEY_ENV = "GOOGLE_API_KEY"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 #: The prefix of the call ids tether makes for calls Gemini sent without one.
 CALL_ID_PREFIX = "gemini-call-"
+#: The provider name on the Reasoning blocks this provider makes (and sends back).
+GEMINI = "gemini"
 
 SUPPORTED_SETTINGS = frozenset(
     {
@@ -132,10 +136,14 @@ SUPPORTED_SETTINGS = frozenset(
         "stop_sequences",
         "tool_choice",
         "seed",
+        "reasoning_effort",
+        "thinking_budget",
         "extra_headers",
         "extra_body",
     }
 )
+#: ``reasoning_effort`` values Gemini's ``thinkingLevel`` takes (Gemini 3 models).
+THINKING_LEVELS = ("minimal", "low", "medium", "high")
 #: Body fields tether writes itself; ``extra_body`` may not replace them.
 OWN_FIELDS = frozenset({"contents", "systemInstruction", "tools", "toolConfig", "generationConfig"})
 #: Headers tether sets itself; ``extra_headers`` may not replace them.
@@ -186,7 +194,7 @@ def _key(value: str | None) -> str | None:
 class GeminiProvider(HttpProvider):
     """A :class:`~tether.providers.Provider` for the Gemini API (``generateContent``)."""
 
-    name = "gemini"
+    name = GEMINI
     api_key_env = API_KEY_ENV
     #: Structured output: ``responseMimeType`` with a ``responseSchema``.
     native_output = True
@@ -251,6 +259,17 @@ class GeminiProvider(HttpProvider):
             raise ValueError(
                 f"gemini: the API takes at most {MAX_STOP_SEQUENCES} stop sequences, "
                 f"got {len(stops)}"
+            )
+        effort = settings.reasoning_effort
+        if effort is not None and effort not in THINKING_LEVELS:
+            raise ValueError(
+                f"gemini: ModelSettings.reasoning_effort is Gemini's thinkingLevel: one of "
+                f"{', '.join(THINKING_LEVELS)}, got {effort!r}"
+            )
+        if effort is not None and settings.thinking_budget is not None:
+            raise ValueError(
+                "gemini: set ModelSettings.thinking_budget (thinkingBudget, Gemini 2.5) or "
+                "reasoning_effort (thinkingLevel, Gemini 3), not both: the API refuses the pair"
             )
         refuse_overrides(self.name, settings, body_fields=OWN_FIELDS, headers=OWN_HEADERS)
 
@@ -329,6 +348,9 @@ class GeminiProvider(HttpProvider):
                 generation["stopSequences"] = list(settings.stop_sequences)
             if settings.seed is not None:
                 generation["seed"] = settings.seed
+            thinking = _thinking_config(settings)
+            if thinking is not None:
+                generation["thinkingConfig"] = thinking
         if request.output_format is not None:
             generation["responseMimeType"] = "application/json"
             generation["responseSchema"] = gemini_schema(request.output_format.schema)
@@ -338,14 +360,32 @@ class GeminiProvider(HttpProvider):
         return body
 
 
+def _thinking_config(settings: ModelSettings) -> dict[str, Any] | None:
+    """``thinkingConfig``: a budget (0 turns thinking off) or a level; thought summaries on."""
+    budget, level = settings.thinking_budget, settings.reasoning_effort
+    if budget is None and level is None:
+        return None
+    config: dict[str, Any] = {}
+    if budget is not None:
+        config["thinkingBudget"] = budget
+    if level is not None:
+        config["thinkingLevel"] = level
+    if budget != 0:
+        config["includeThoughts"] = True
+    return config
+
+
 def _content(message: Message, names: dict[str, str]) -> dict[str, Any] | None:
     """One turn as a ``Content``; ``None`` when it has nothing to send."""
     parts: list[dict[str, Any]] = []
     if message.role == "assistant":
+        # A thoughtSignature kept alone (see _State._part) goes back on the part after it.
+        signature: str | None = None
         for block in message.content:
+            part: dict[str, Any] | None = None
             if isinstance(block, TextBlock):
                 if block.text:
-                    parts.append({"text": block.text})
+                    part = {"text": block.text}
             elif isinstance(block, ToolUseBlock):
                 names[block.id] = block.name
                 call: dict[str, Any] = {
@@ -354,9 +394,25 @@ def _content(message: Message, names: dict[str, str]) -> dict[str, Any] | None:
                 }
                 if not block.id.startswith(CALL_ID_PREFIX):
                     call["id"] = block.id
-                parts.append({"functionCall": call})
+                part = {"functionCall": call}
             elif isinstance(block, Image):
-                parts.append(_image(block))
+                part = _image(block)
+            elif isinstance(block, Reasoning) and block.provider == GEMINI:
+                if block.text:
+                    part = {"text": block.text, "thought": True}
+                    if block.signature is not None:
+                        part["thoughtSignature"] = block.signature
+                elif block.signature is not None:
+                    if signature is not None:
+                        parts.append({"text": "", "thoughtSignature": signature})
+                    signature = block.signature
+            if part is not None:
+                if signature is not None:
+                    part["thoughtSignature"] = signature
+                    signature = None
+                parts.append(part)
+        if signature is not None:
+            parts.append({"text": "", "thoughtSignature": signature})
         return {"role": "model", "parts": parts} if parts else None
     results = [b for b in message.content if isinstance(b, ToolResultBlock)]
     images: list[dict[str, Any]] = []
@@ -503,6 +559,7 @@ def _usage(raw: Any, shape: Shape) -> TokenUsage:
         input_tokens=prompt - cached,
         output_tokens=candidates + thoughts,
         cache_read_tokens=cached,
+        reasoning_tokens=thoughts,
     )
 
 
@@ -526,7 +583,8 @@ class _State:
     secrets: tuple[str, ...] = ()
     model: str | None = None
     text: list[str] = attrs.field(factory=list)
-    #: The answer's blocks in order: text runs and calls.
+    thoughts: list[str] = attrs.field(factory=list)
+    #: The answer's blocks in order: reasoning, text runs and calls.
     blocks: list[ContentBlock] = attrs.field(factory=list)
     finish: str | None = None
     blocked: str | None = None
@@ -582,15 +640,37 @@ class _State:
         return out
 
     def _part(self, part: dict[str, Any], i: int) -> list[StreamItem]:
+        """One part into the answer's blocks.
+
+        Runs of text parts (and of thought parts) are joined, except that a part
+        carrying a ``thoughtSignature`` is never joined with another (Google: a
+        signed part goes back as it came). A signature on a text or call part is
+        kept as a text-less :class:`Reasoning` just before that part's block.
+        """
         shape = self.shape
+        signature = shape.opt_text(
+            part.get("thoughtSignature"), f"content.parts[{i}].thoughtSignature"
+        )
         if part.get("thought") is True:
-            return []
+            text = shape.text(part.get("text", ""), f"content.parts[{i}].text")
+            if signature is not None:
+                self._flush()
+                self.blocks.append(Reasoning(text=text, signature=signature, provider=GEMINI))
+            elif text:
+                self._flush_text()
+                self.thoughts.append(text)
+            return [ReasoningDelta(text=text)] if text else []
         if "text" in part:
             text = shape.text(part["text"], f"content.parts[{i}].text")
-            if not text:
-                return []
-            self.text.append(text)
-            return [TextDelta(text=text)]
+            if signature is not None:
+                self._flush()
+                self.blocks.append(Reasoning(signature=signature, provider=GEMINI))
+                if text:
+                    self.blocks.append(TextBlock(text=text))
+            elif text:
+                self._flush_thoughts()
+                self.text.append(text)
+            return [TextDelta(text=text)] if text else []
         raw_call = part.get("functionCall")
         if raw_call is None:
             return []
@@ -599,16 +679,27 @@ class _State:
         call_id = shape.opt_text(call.get("id"), f"content.parts[{i}].functionCall.id") or _new_id()
         args = call.get("args")
         arguments = bound_arguments({} if args is None else args)
-        self._flush_text()
+        self._flush()
+        if signature is not None:
+            self.blocks.append(Reasoning(signature=signature, provider=GEMINI))
         self.blocks.append(ToolUseBlock(id=call_id, name=name, input=arguments))
         return [
             ToolCallDelta(call_id=call_id, name=name, arguments_delta=arguments_text(arguments))
         ]
 
+    def _flush(self) -> None:
+        self._flush_thoughts()
+        self._flush_text()
+
     def _flush_text(self) -> None:
         if self.text:
             self.blocks.append(TextBlock(text="".join(self.text)))
             self.text.clear()
+
+    def _flush_thoughts(self) -> None:
+        if self.thoughts:
+            self.blocks.append(Reasoning(text="".join(self.thoughts), provider=GEMINI))
+            self.thoughts.clear()
 
     def response(self) -> ModelResponse:
         """The answer, once a ``finishReason`` (or a ``blockReason``) arrived."""
@@ -624,7 +715,7 @@ class _State:
                     self.secrets,
                 )
             )
-        self._flush_text()
+        self._flush()
         content = tuple(self.blocks)
         calls = any(isinstance(b, ToolUseBlock) for b in content)
         if self.blocked is not None or raw in _REFUSALS:

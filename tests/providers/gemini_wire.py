@@ -8,6 +8,7 @@ official ``google-genai`` SDK parses these same payloads in
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from tether.providers import GeminiProvider, TokenUsage
@@ -24,7 +25,9 @@ USAGE = {
     "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 30}],
 }
 #: 30 prompt tokens of which 10 cached; 12 answer and 5 thinking tokens are output.
-EXPECTED_USAGE = TokenUsage(input_tokens=20, output_tokens=17, cache_read_tokens=10)
+EXPECTED_USAGE = TokenUsage(
+    input_tokens=20, output_tokens=17, cache_read_tokens=10, reasoning_tokens=5
+)
 
 #: A function call: (id or None, name, args).
 Call = tuple[str | None, str, dict[str, Any]]
@@ -160,3 +163,24 @@ def malformed(stream: bool) -> Answer:
     if stream:
         return sse_answer(sse_body([(None, '{"candidates": [{"content": ')]))
     return raw_answer(b'{"candidates": [')
+
+
+#: Thought signatures are opaque base64 (the SDK decodes them to bytes).
+SIG_CALL = base64.b64encode(b"\x0a\x24\xfb\xff the call's signature").decode()
+SIG_TEXT = base64.b64encode(b"\x0a\x24\xfe\xff the text's signature").decode()
+
+
+def thinking_chunks() -> list[tuple[str | None, Any]]:
+    """A streamed answer with thought summaries in two parts, a signed call, text with a
+    signed empty part at its end (as Gemini streams them)."""
+    thought = [{"text": "I should ", "thought": True}, {"text": "add.", "thought": True}]
+    call = {"functionCall": {"name": "add", "args": {"a": 2, "b": 3}}, "thoughtSignature": SIG_CALL}
+    chunks = [
+        response_json(text=None, finish=None, usage=None, extra_parts=(thought[0],)),
+        response_json(text=None, finish=None, usage=None, extra_parts=(thought[1],)),
+        response_json(text=None, finish=None, usage=None, extra_parts=(call,)),
+        response_json(text="Adding", finish=None, usage=None),
+        response_json(text=" now.", finish=None, usage=None),
+        response_json(text=None, extra_parts=({"text": "", "thoughtSignature": SIG_TEXT},)),
+    ]
+    return [(None, c) for c in chunks]

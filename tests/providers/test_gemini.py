@@ -25,6 +25,8 @@ from tether.providers import (
     OutputFormat,
     PermissionDenied,
     RateLimited,
+    Reasoning,
+    ReasoningDelta,
     ServerError,
     StopReason,
     StreamErrorEvent,
@@ -271,14 +273,19 @@ async def test_calls_without_ids_get_stable_ids(stream: bool) -> None:
     ]
 
 
-async def test_thought_parts_are_not_the_answer() -> None:
-    """Parts marked thought (summaries) are not text of the answer; their tokens are output."""
+async def test_thought_parts_are_reasoning_not_the_answer() -> None:
+    """Parts marked thought (summaries) are Reasoning, not text of the answer; their tokens
+    are output (and reasoning) tokens."""
     thought = {"text": "Let me think...", "thought": True}
     answer = json_answer(gem.response_json(text="42", extra_parts=(thought,)))
     async with fake_server(answer) as server:
         response = final(await collect(gem.provider(server.url, stream=False), REQUEST))
-    assert response.content == (TextBlock(text="42"),)
-    assert response.usage.output_tokens == 12 + 5
+    assert response.content == (
+        Reasoning(text="Let me think...", provider="gemini"),
+        TextBlock(text="42"),
+    )
+    assert response.text == "42"
+    assert (response.usage.output_tokens, response.usage.reasoning_tokens) == (12 + 5, 5)
 
 
 @pytest.mark.parametrize(
@@ -536,3 +543,87 @@ async def test_a_usage_report_that_would_take_back_tokens_is_not_reported_live()
     reported = [i.usage for i in items if isinstance(i, UsageDelta)]
     assert [(u.input_tokens, u.cache_read_tokens) for u in reported] == [(30, 0)]
     assert final(items).usage == gem.EXPECTED_USAGE
+
+
+# ------------------------------------------------------------------ thinking
+
+
+@pytest.mark.parametrize(
+    ("settings", "config"),
+    [
+        (ModelSettings(thinking_budget=1024), {"thinkingBudget": 1024, "includeThoughts": True}),
+        (ModelSettings(thinking_budget=-1), {"thinkingBudget": -1, "includeThoughts": True}),
+        (ModelSettings(thinking_budget=0), {"thinkingBudget": 0}),
+        (ModelSettings(reasoning_effort="low"), {"thinkingLevel": "low", "includeThoughts": True}),
+    ],
+)
+def test_thinking_settings_are_the_thinking_config(
+    settings: ModelSettings, config: dict[str, Any]
+) -> None:
+    provider = gem.provider("http://127.0.0.1:9")
+    provider.check_settings(settings)
+    request = ModelRequest(system="", messages=(Message.user("q"),), settings=settings)
+    assert provider.request_body(request)["generationConfig"]["thinkingConfig"] == config
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (ModelSettings(reasoning_effort="xhigh"), "thinkingLevel"),
+        (ModelSettings(reasoning_effort="none"), "thinkingLevel"),
+        (ModelSettings(reasoning_effort="low", thinking_budget=100), "not both"),
+    ],
+)
+def test_thinking_settings_gemini_cannot_take(settings: ModelSettings, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        gem.provider("http://127.0.0.1:9").check_settings(settings)
+
+
+async def test_thoughts_and_signatures_are_kept_in_place_and_sent_back_unchanged() -> None:
+    """Thought text streams as ReasoningDelta and is kept as Reasoning; each thoughtSignature
+    is kept just before the part it came on, and goes back on that same part, unchanged."""
+    async with fake_server(sse_answer(sse_body(gem.thinking_chunks()))) as server:
+        items = await collect(gem.provider(server.url), REQUEST)
+    response = final(items)
+    assert [i.text for i in items if isinstance(i, ReasoningDelta)] == ["I should ", "add."]
+    call_id = response.tool_calls[0].id
+    assert response.content == (
+        Reasoning(text="I should add.", provider="gemini"),
+        Reasoning(signature=gem.SIG_CALL, provider="gemini"),
+        ToolUseBlock(id=call_id, name="add", input={"a": 2, "b": 3}),
+        TextBlock(text="Adding now."),
+        Reasoning(signature=gem.SIG_TEXT, provider="gemini"),
+    )
+    assert response.text == "Adding now."
+    sent = gem.provider("http://127.0.0.1:9").request_body(
+        ModelRequest(system="", messages=(Message(role="assistant", content=response.content),))
+    )
+    assert sent["contents"] == [
+        {
+            "role": "model",
+            "parts": [
+                {"text": "I should add.", "thought": True},
+                {
+                    "functionCall": {"name": "add", "args": {"a": 2, "b": 3}},
+                    "thoughtSignature": gem.SIG_CALL,
+                },
+                {"text": "Adding now."},
+                {"text": "", "thoughtSignature": gem.SIG_TEXT},
+            ],
+        }
+    ]
+
+
+def test_other_providers_reasoning_is_not_sent_to_gemini() -> None:
+    """A signature is good only to its vendor: Anthropic's thinking is skipped."""
+    message = Message(
+        role="assistant",
+        content=(
+            Reasoning(text="hm", signature="anthropic-sig", provider="anthropic"),
+            TextBlock(text="ok"),
+        ),
+    )
+    sent = gem.provider("http://127.0.0.1:9").request_body(
+        ModelRequest(system="", messages=(message,))
+    )
+    assert sent["contents"] == [{"role": "model", "parts": [{"text": "ok"}]}]

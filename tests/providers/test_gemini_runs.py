@@ -325,3 +325,64 @@ async def test_a_rate_limited_gemini_falls_over_and_the_run_answers(second: str)
     assert call.id.startswith("gemini-call-")
     assert call.id in json.dumps(body["messages"])
     assert "5" in json.dumps(body["messages"][-1])
+
+
+# ------------------------------------------------------------------ thinking
+
+
+async def test_with_thinking_on_signatures_come_back_unchanged(tmp_path: Path) -> None:
+    """thinking_budget on: the call's thoughtSignature goes back on the call with its result,
+    and, through the conversation store, both turns' signatures go back on turn 2, unchanged."""
+    final_text = gem.response_json(
+        text=None, extra_parts=({"text": "It is 5.", "thoughtSignature": "c2lnLWZpbmFs"},)
+    )
+    answers = [
+        sse_answer(sse_body(gem.thinking_chunks())),
+        sse_answer(sse_body([(None, final_text)])),
+        answer(True, ("Still 5.",)),
+    ]
+    store = tether.SQLiteConversationStore(tmp_path / "chats.db")
+    async with fake_server(*answers) as server:
+        agent = agent_on(
+            gem.provider(server.url, backoff=FAST),
+            settings=tether.ModelSettings(thinking_budget=2048),
+        )
+        async with tether.Runtime(conversations=store) as rt:
+            first = await rt.run(agent, "What is 2 + 3?", conversation="c")
+            second = await rt.run(agent, "Sure?", conversation="c")
+    await store.aclose()
+    for result in (first, second):
+        assert_consistent(result)
+        assert result.termination is tether.Termination.ANSWERED
+    assert (first.output, second.output) == ("It is 5.", "Still 5.")
+    model_turn = {
+        "role": "model",
+        "parts": [
+            {"text": "I should add.", "thought": True},
+            {
+                "functionCall": {"name": "add", "args": {"a": 2, "b": 3}},
+                "thoughtSignature": gem.SIG_CALL,
+            },
+            {"text": "Adding now."},
+            {"text": "", "thoughtSignature": gem.SIG_TEXT},
+        ],
+    }
+    result_turn = {
+        "role": "user",
+        "parts": [{"functionResponse": {"name": "add", "response": {"output": "5"}}}],
+    }
+    question = {"role": "user", "parts": [{"text": "What is 2 + 3?"}]}
+    bodies = [r.json() for r in server.requests]
+    assert bodies[1]["contents"] == [question, model_turn, result_turn]
+    assert bodies[2]["contents"] == [
+        question,
+        model_turn,
+        result_turn,
+        {"role": "model", "parts": [{"text": "It is 5.", "thoughtSignature": "c2lnLWZpbmFs"}]},
+        {"role": "user", "parts": [{"text": "Sure?"}]},
+    ]
+    for body in bodies:
+        assert body["generationConfig"]["thinkingConfig"] == {
+            "thinkingBudget": 2048,
+            "includeThoughts": True,
+        }

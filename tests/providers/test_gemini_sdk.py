@@ -30,7 +30,7 @@ from tether.providers import (  # noqa: E402
 )
 
 from . import gemini_wire as gem  # noqa: E402
-from .fakes import SECRET, fake_server, json_answer  # noqa: E402
+from .fakes import SECRET, fake_server, json_answer, sse_answer, sse_body  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -207,3 +207,23 @@ def _normalized(value: Any) -> Any:
     if isinstance(value, list):
         return [_normalized(v) for v in value]
     return value
+
+
+async def test_the_sdk_parses_thoughts_and_signatures() -> None:
+    """The fake's thought parts and thoughtSignatures are what the SDK reads as such."""
+    import base64
+
+    async with fake_server(sse_answer(sse_body(gem.thinking_chunks()))) as server:
+        sdk = client(server.url)
+        chunks = await in_thread(
+            lambda: list(sdk.models.generate_content_stream(model=gem.MODEL, contents="hi"))
+        )
+    parts = [p for c in chunks for p in (c.candidates[0].content.parts or [])]
+    assert [p.text for p in parts if p.thought] == ["I should ", "add."]
+    signed = [p for p in parts if p.thought_signature]
+    assert [p.thought_signature for p in signed] == [
+        base64.b64decode(gem.SIG_CALL),
+        base64.b64decode(gem.SIG_TEXT),
+    ]
+    assert signed[0].function_call is not None
+    assert signed[0].function_call.name == "add"
