@@ -386,3 +386,35 @@ async def test_with_thinking_on_signatures_come_back_unchanged(tmp_path: Path) -
             "thinkingBudget": 2048,
             "includeThoughts": True,
         }
+
+
+async def test_a_chain_of_three_wire_formats_answers_when_the_first_two_are_limited() -> None:
+    """Gemini → Chat Completions → Anthropic: Gemini and OpenAI rate-limited, Anthropic answers
+    the same request (the tool call Gemini made, its result) in its own format."""
+    limited = oai.error_body("slow down", "rate_limit_error")
+    openai_429 = json_answer(limited, status=429, headers=[("retry-after", "0")])
+    async with (
+        fake_server(tool_round(False), gem.rate_limited("0s"), gem.rate_limited("0s")) as one,
+        fake_server(openai_429, openai_429) as two,
+        fake_server(other_answer("anthropic")) as three,
+    ):
+        chain = FallbackProvider(
+            [
+                gem.provider(one.url, stream=False, backoff=FAST),
+                other_provider("openai", two.url),
+                other_provider("anthropic", three.url),
+            ]
+        )
+        result = await run(agent_on(chain, limits=tether.Limits(max_provider_attempts=2)))
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "The sum is 5."
+    assert (len(one.requests), len(two.requests), len(three.requests)) == (3, 2, 1)
+    switches = of(result.events, ev.ProviderFallback)
+    assert [(s.from_provider, s.to_provider) for s in switches] == [
+        ("gemini", "openai"),
+        ("openai", "anthropic"),
+    ]
+    messages = three.requests[0].json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"][0]["type"] == "tool_use"
+    assert messages[2]["content"][0]["content"] == "5"
