@@ -68,9 +68,11 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
@@ -113,6 +115,7 @@ from ._types import (
     TextDelta,
     TokenUsage,
     ToolCallDelta,
+    ToolDef,
     ToolResultBlock,
     ToolUseBlock,
     UsageDelta,
@@ -320,14 +323,7 @@ class GeminiProvider(HttpProvider):
             body["systemInstruction"] = {"role": "user", "parts": [{"text": request.system}]}
         settings = request.settings
         if request.tools:
-            declarations = []
-            for tool in request.tools:
-                declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
-                parameters = parameters_of(tool.input_schema)
-                if parameters is not None:
-                    declaration["parameters"] = parameters
-                declarations.append(declaration)
-            body["tools"] = [{"functionDeclarations": declarations}]
+            body["tools"] = [{"functionDeclarations": [_declaration(t) for t in request.tools]}]
             choice = settings.tool_choice if settings is not None else None
             if choice is not None:
                 mode = _MODES.get(choice)
@@ -358,6 +354,28 @@ class GeminiProvider(HttpProvider):
         if settings is not None and settings.extra_body:
             add_extra_body(body, settings.extra_body, self.name)
         return body
+
+
+#: Function declarations by tool identity, kept while the tool lives: a ToolDef is made
+#: once and offered in every request of every run, so its schema is converted once.
+#: (A ToolDef is not hashable: its schema is a dict.)
+_DECLARATIONS: dict[int, tuple[weakref.ref[ToolDef], Mapping[str, Any]]] = {}
+
+
+def _declaration(tool: ToolDef) -> Mapping[str, Any]:
+    """``tool`` as a ``FunctionDeclaration`` (read-only: shared by every request)."""
+    key = id(tool)
+    entry = _DECLARATIONS.get(key)
+    if entry is not None and entry[0]() is tool:
+        return entry[1]
+    declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    parameters = parameters_of(tool.input_schema)
+    if parameters is not None:
+        declaration["parameters"] = parameters
+    with contextlib.suppress(TypeError):  # a ToolDef subclass without a weakref slot
+        ref = weakref.ref(tool, lambda _, key=key: _DECLARATIONS.pop(key, None))  # type: ignore[misc]
+        _DECLARATIONS[key] = (ref, declaration)
+    return declaration
 
 
 def _thinking_config(settings: ModelSettings) -> dict[str, Any] | None:

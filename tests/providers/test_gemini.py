@@ -627,3 +627,27 @@ def test_other_providers_reasoning_is_not_sent_to_gemini() -> None:
         ModelRequest(system="", messages=(message,))
     )
     assert sent["contents"] == [{"role": "model", "parts": [{"text": "ok"}]}]
+
+
+def test_a_tools_schema_is_converted_once_and_forgotten_with_the_tool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every request offers the same ToolDef: its declaration is made once, and dropped when
+    the tool is (no cache grows with tools that are gone)."""
+    import gc
+
+    from tether.providers import _gemini
+
+    calls = []
+    real = _gemini.parameters_of
+    monkeypatch.setattr(_gemini, "parameters_of", lambda schema: calls.append(1) or real(schema))
+    tool = ToolDef(name="t", description="d", input_schema=dict(ADD.input_schema))
+    provider = gem.provider("http://127.0.0.1:9")
+    request = ModelRequest(system="", messages=(Message.user("q"),), tools=(tool,))
+    bodies = [provider.request_body(request) for _ in range(3)]
+    assert len(calls) == 1
+    assert bodies[0]["tools"] == bodies[2]["tools"]
+    before = len(_gemini._DECLARATIONS)
+    del request, tool, bodies
+    gc.collect()
+    assert len(_gemini._DECLARATIONS) == before - 1
