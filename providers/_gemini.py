@@ -183,7 +183,7 @@ _FATAL_STATUSES: dict[str, type[ProviderError]] = {
 #: "The input token count (1234567) exceeds the maximum number of tokens allowed (1048576)."
 _TOO_LONG = re.compile(
     r"input token count.*exceeds the maximum|exceeds the maximum number of tokens|"
-    r"context window|too many tokens",
+    r"context window",
     re.IGNORECASE,
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
@@ -524,7 +524,8 @@ def status_error(
     reason = httpx.codes.get_reason_phrase(status)
     what = f"HTTP {status}" + (f" {reason}" if reason else "")
     text = describe(provider, what, kind, message, secrets)
-    if 400 <= status < 500 and message and _TOO_LONG.search(message):
+    # Only a 400: a 429 may speak of tokens too (a tokens-per-minute quota).
+    if status == 400 and message and _TOO_LONG.search(message):
         return ContextWindowExceeded(text, status=status)
     mapped = error_for_status(
         status,
@@ -545,7 +546,7 @@ def event_error(data: Any, provider: str, secrets: tuple[str, ...]) -> ProviderE
     """The typed error for an error object inside a stream or a 200 body."""
     kind, message, delay = _google_error(data)
     text = describe(provider, "error in the response", kind, message, secrets)
-    if message and _TOO_LONG.search(message):
+    if kind in (None, "INVALID_ARGUMENT") and message and _TOO_LONG.search(message):
         return ContextWindowExceeded(text)
     fatal = _FATAL_STATUSES.get(kind or "")
     if fatal is not None:

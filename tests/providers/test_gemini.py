@@ -412,6 +412,14 @@ async def test_a_prompt_too_long_is_context_window_exceeded(stream: bool) -> Non
     assert exc.status == 400
 
 
+async def test_a_token_quota_429_is_a_rate_limit_not_a_prompt_too_long() -> None:
+    message = "Quota exceeded: input tokens per minute exceeds the maximum number of tokens"
+    async with fake_server(gem.error(429, "RESOURCE_EXHAUSTED", message, "2s")) as server:
+        exc = await failure(gem.provider(server.url), REQUEST)
+    assert type(exc) is RateLimited
+    assert exc.retry_after == 2.0
+
+
 async def test_a_key_echoed_in_a_google_error_is_redacted() -> None:
     echo = gem.error(400, "INVALID_ARGUMENT", f"API key not valid: {SECRET}")
     async with fake_server(echo) as server:
