@@ -227,3 +227,30 @@ async def test_the_sdk_parses_thoughts_and_signatures() -> None:
     ]
     assert signed[0].function_call is not None
     assert signed[0].function_call.name == "add"
+
+
+def test_every_schema_keyword_tether_sends_is_one_the_sdk_knows() -> None:
+    """The converted schema uses only fields of Google's Schema type, and the SDK reads it."""
+    import re
+
+    from tether.providers._gemini_schema import _KEEP, gemini_schema
+
+    fields = {
+        re.sub(r"_([a-z])", lambda m: m.group(1).upper(), f) for f in types.Schema.model_fields
+    }
+    assert _KEEP | {"type", "enum", "items", "properties", "required", "anyOf"} <= fields
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": ["integer", "null"], "exclusiveMinimum": 0},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+            "pick": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+        },
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    parsed = types.Schema.model_validate(gemini_schema(schema))
+    assert parsed.properties is not None
+    assert parsed.properties["n"].nullable is True
+    assert parsed.properties["tags"].items is not None
+    assert parsed.properties["tags"].items.enum == ["a", "b"]
