@@ -559,19 +559,30 @@ def event_error(data: Any, provider: str, secrets: tuple[str, ...]) -> ProviderE
 # ------------------------------------------------------------------ answers
 
 
+_COUNTS = (
+    "promptTokenCount",
+    "toolUsePromptTokenCount",
+    "cachedContentTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+)
+
+
 def _usage(raw: Any, shape: Shape) -> TokenUsage:
     usage = shape.obj(raw, "usageMetadata")
-    prompt = shape.opt_int(usage.get("promptTokenCount"), "usageMetadata.promptTokenCount")
-    tool_prompt = shape.opt_int(
-        usage.get("toolUsePromptTokenCount"), "usageMetadata.toolUsePromptTokenCount"
-    )
-    cached = shape.opt_int(
-        usage.get("cachedContentTokenCount"), "usageMetadata.cachedContentTokenCount"
-    )
-    candidates = shape.opt_int(
-        usage.get("candidatesTokenCount"), "usageMetadata.candidatesTokenCount"
-    )
-    thoughts = shape.opt_int(usage.get("thoughtsTokenCount"), "usageMetadata.thoughtsTokenCount")
+    counts = [usage.get(name, 0) for name in _COUNTS]
+    if all(type(n) is int and n >= 0 for n in counts):  # every count a plain int: no more checks
+        prompt, tool_prompt, cached, candidates, thoughts = counts
+    else:
+        prompt, tool_prompt, cached, candidates, thoughts = (
+            shape.opt_int(usage.get(name), f"usageMetadata.{name}") for name in _COUNTS
+        )
+    return _tokens(prompt, tool_prompt, cached, candidates, thoughts)
+
+
+def _tokens(
+    prompt: int, tool_prompt: int, cached: int, candidates: int, thoughts: int
+) -> TokenUsage:
     prompt += tool_prompt
     cached = min(cached, prompt)
     return TokenUsage(
@@ -608,6 +619,7 @@ class _State:
     finish: str | None = None
     blocked: str | None = None
     usage: TokenUsage = ZERO_USAGE
+    raw_usage: Any = None
     #: The last usage yielded as a UsageDelta.
     reported: TokenUsage = ZERO_USAGE
     chunks: int = 0
@@ -646,14 +658,17 @@ class _State:
                 self.finish_message = shape.opt_text(
                     candidate.get("finishMessage"), "candidates[0].finishMessage"
                 )
-        if chunk.get("usageMetadata") is not None:
-            usage = _usage(chunk["usageMetadata"], shape)
-            # Each report is cumulative; the runtime charges what one adds to the last, and
-            # never takes back. One that would (a count that went down) is not reported
-            # live; the response carries the last report either way.
-            grows = _covers(usage, self.reported)
-            self.usage = usage
-            if grows and usage != self.reported:
+        raw_usage = chunk.get("usageMetadata")
+        if raw_usage is not None and raw_usage != self.raw_usage:
+            self.raw_usage = raw_usage
+            self.usage = usage = _usage(raw_usage, shape)
+            # Gemini reports usage so far on every chunk. Live, the first report (the
+            # prompt's exact count) and the finishing one are passed on; between them the
+            # runtime's estimate follows the text, and each report costs a charge. Reports
+            # are cumulative and the runtime never takes back what one charged: a report
+            # whose counts went down is not passed on (the response carries it anyway).
+            live = self.reported is ZERO_USAGE or self.finish is not None
+            if live and usage != self.reported and _covers(usage, self.reported):
                 self.reported = usage
                 out.append(UsageDelta(usage=usage))
         return out

@@ -87,7 +87,10 @@ async def test_text_reply_and_request_shape(stream: bool) -> None:
     assert response.model == gem.MODEL
     assert response.usage == gem.EXPECTED_USAGE
     assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "Hello, world"
-    assert [i.usage for i in items if isinstance(i, UsageDelta)][-1] == gem.EXPECTED_USAGE
+    reported = [i.usage for i in items if isinstance(i, UsageDelta)]
+    assert reported[-1] == gem.EXPECTED_USAGE
+    # Streamed, every chunk reports usage; the first (the prompt) and the last are passed on.
+    assert len(reported) == (2 if stream else 1)
 
     (sent,) = server.requests
     assert (sent.method, sent.path) == ("POST", gem.path(stream))

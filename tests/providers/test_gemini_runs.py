@@ -418,3 +418,17 @@ async def test_a_chain_of_three_wire_formats_answers_when_the_first_two_are_limi
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[1]["content"][0]["type"] == "tool_use"
     assert messages[2]["content"][0]["content"] == "5"
+
+
+async def test_a_long_stream_is_cut_at_the_token_ceiling() -> None:
+    """Every chunk reports usage so far; with a budget, the first report gives the exact
+    prompt, the estimate follows the text, and the run ends at its ceiling mid-stream."""
+    text = tuple(f"word{i} " * 8 for i in range(3000))
+    body = sse_body(gem.stream_chunks(text=text))
+    async with fake_server(sse_answer(body, at=range(4096, len(body), 4096))) as server:
+        provider = gem.provider(server.url, backoff=FAST)
+        result = await run(agent_on(provider, limits=tether.Limits(max_total_tokens=2_000)))
+    assert result.termination is tether.Termination.TOKEN_CEILING
+    assert result.usage.input_tokens == 30  # the first report's, exactly
+    # Cut at the first text delta whose estimate crosses: at most one delta (18 tokens) over.
+    assert 2_000 <= result.usage.total_tokens <= 2_000 + 18
