@@ -61,9 +61,19 @@ Decisions:
 - A stream is complete when a chunk carried a ``finishReason`` (or a
   ``blockReason``) and the body then ended; ending before is
   :class:`StreamInterrupted`. Text parts stream as ``TextDelta`` items; a
-  function call arrives whole, as one ``ToolCallDelta``. Parts Gemini marks
-  ``thought`` (thought summaries) and parts of other kinds (code execution,
-  generated images) are skipped.
+  function call arrives whole, as one ``ToolCallDelta``; parts of other kinds
+  (code execution, generated images) are skipped. Gemini reports usage so far
+  on every chunk: the first report and the finishing one are yielded as
+  ``UsageDelta`` (the runtime's estimate follows the text between them).
+- Thinking: ``thinking_budget`` is ``thinkingConfig.thinkingBudget`` (0 turns
+  thinking off, -1 lets the model choose), ``reasoning_effort`` is
+  ``thinkingConfig.thinkingLevel`` (``minimal``, ``low``, ``medium``,
+  ``high``; not both); either turns ``includeThoughts`` on. Parts marked
+  ``thought`` (thought summaries) stream as ``ReasoningDelta`` and are kept as
+  :class:`Reasoning` (``provider="gemini"``). A ``thoughtSignature`` on a text
+  or call part is kept, unchanged, as a text-less :class:`Reasoning` just
+  before that part's block, and sent back on the same part; a signed part is
+  never joined with another. Reasoning of other providers is not sent.
 """
 
 from __future__ import annotations
