@@ -1,7 +1,7 @@
 """A three-turn conversation with tool calls, over SSE.
 
 Each turn asks the fake server twice (a tool call, then the answer); the tests
-checks the exact messages each server received on turn 3: the two earlier
+check the exact messages each server received on turn 3: the two earlier
 turns, tool calls and results included, in the wire format of each API.
 """
 
