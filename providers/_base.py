@@ -17,6 +17,7 @@ from ._types import (
     Backoff,
     ModelResponse,
     Price,
+    Reasoning,
     ReasoningDelta,
     StreamItem,
     TextDelta,
@@ -103,8 +104,8 @@ def _rebuilt(cls: type[HttpProvider], fields: dict[str, Any]) -> HttpProvider:
 def whole_response(response: ModelResponse) -> Iterator[StreamItem]:
     """A response that arrived in one piece, played as a stream: reasoning, text, each
     tool call's arguments, usage, response."""
-    for block in response.reasoning:
-        if block.text:
+    for block in response.content:
+        if type(block) is Reasoning and block.text:
             yield ReasoningDelta(text=block.text)
     if response.text:
         yield TextDelta(text=response.text)
