@@ -39,6 +39,7 @@ from ._messages_json import dump_messages as dump_messages
 from ._messages_json import load_message as load_message
 from ._messages_json import load_messages as load_messages
 from ._openai import OpenAIProvider as OpenAIProvider
+from ._openai_responses import OpenAIResponsesProvider as OpenAIResponsesProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import context_window_for as context_window_for
 from ._prices import price_for as price_for
@@ -101,6 +102,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ModelSettings",
     "NotFound",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "OutputFormat",
     "Overloaded",
     "PermissionDenied",

@@ -31,8 +31,9 @@ Spans, with explicit start and end times taken from the events' ``at``:
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
-``gen_ai.system``: the provider's name, ``gcp.gemini`` for ``GeminiProvider``;
-``gen_ai.request.model``, ``gen_ai.agent.name``,
+``gen_ai.system``: the vendor, ``openai`` for ``OpenAIResponsesProvider`` and
+``gcp.gemini`` for ``GeminiProvider``, with tether's name in ``tether.provider``
+where the two differ; ``gen_ai.request.model``, ``gen_ai.agent.name``,
 ``gen_ai.usage.input_tokens`` / ``output_tokens``,
 ``gen_ai.response.finish_reasons``, ``gen_ai.tool.name``,
 ``gen_ai.tool.call.id``, ``error.type``) plus ``tether.*`` ones
@@ -82,6 +83,19 @@ _log = logging.getLogger("tether.otel")
 
 #: Longest status description kept (a crashed run's traceback is longer).
 _MAX_DESCRIPTION = 1000
+#: tether's provider names whose GenAI ``gen_ai.provider.name`` differs (the
+#: conventions name the vendor, not its API); the tether name is in ``tether.provider``.
+_SEMCONV_PROVIDER = {"openai-responses": "openai", "gemini": "gcp.gemini"}
+
+
+def _provider_attributes(provider: str) -> dict[str, str]:
+    """The provider's attributes: the GenAI name (and the older ``gen_ai.system``), and
+    tether's own name where the two differ."""
+    name = _SEMCONV_PROVIDER.get(provider, provider)
+    attributes = {"gen_ai.provider.name": name, "gen_ai.system": name}
+    if name != provider:
+        attributes["tether.provider"] = provider
+    return attributes
 
 
 def _version() -> str | None:
@@ -101,15 +115,6 @@ def _json(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError):
         return repr(value)
-
-
-#: Provider names whose GenAI semantic-conventions name differs from tether's.
-_SYSTEMS = {"gemini": "gcp.gemini"}
-
-
-def _system(provider: str) -> str:
-    """``gen_ai.provider.name`` for a provider's tether name (the Gemini API is ``gcp.gemini``)."""
-    return _SYSTEMS.get(provider, provider)
 
 
 @attrs.define
@@ -286,7 +291,7 @@ class OtelSink:
             "tether.run_id": event.run_id,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = _system(provider)
+            attributes.update(_provider_attributes(provider))
         if model:
             attributes["gen_ai.request.model"] = model
         if event.parent_run_id:
@@ -340,7 +345,7 @@ class OtelSink:
             "tether.provider_attempts": event.attempt,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = _system(provider)
+            attributes.update(_provider_attributes(provider))
         if model:
             attributes["gen_ai.request.model"] = model
         if event.max_tokens is not None:
@@ -373,8 +378,7 @@ class OtelSink:
         span.update_name(f"chat {event.to_model}")
         span.set_attribute("gen_ai.request.model", event.to_model)
         if event.to_provider:
-            span.set_attribute("gen_ai.provider.name", _system(event.to_provider))
-            span.set_attribute("gen_ai.system", _system(event.to_provider))
+            span.set_attributes(_provider_attributes(event.to_provider))
 
     def _model_call_finished(self, run: _RunSpans, event: ev.ModelCallFinished) -> None:
         span = run.chat
@@ -396,6 +400,9 @@ class OtelSink:
             attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
         if usage.cache_write_tokens:
             attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+        if usage.reasoning_tokens:
+            # Already in output_tokens; the conventions have no name for them yet.
+            attributes["tether.usage.reasoning_tokens"] = usage.reasoning_tokens
         response_model = getattr(event, "model", None)
         if response_model:
             attributes["gen_ai.response.model"] = response_model
