@@ -432,3 +432,47 @@ async def test_a_long_stream_is_cut_at_the_token_ceiling() -> None:
     assert result.usage.input_tokens == 30  # the first report's, exactly
     # Cut at the first text delta whose estimate crosses: at most one delta (18 tokens) over.
     assert 2_000 <= result.usage.total_tokens <= 2_000 + 18
+
+
+async def test_gemini_then_responses_then_anthropic_answers_when_the_first_two_are_limited() -> (
+    None
+):
+    """The issue's chain: Gemini and the Responses API rate-limited, Anthropic answers the
+    same request (Gemini's tool call and its result) in the Messages format."""
+    from . import responses_wire as resp
+
+    limited = resp.error_body("Rate limit reached", "rate_limit_error")
+    responses_429 = json_answer(limited, status=429, headers=[("retry-after", "0")])
+    async with (
+        fake_server(tool_round(False), gem.rate_limited("0s"), gem.rate_limited("0s")) as one,
+        fake_server(responses_429, responses_429) as two,
+        fake_server(other_answer("anthropic")) as three,
+    ):
+        chain = FallbackProvider(
+            [
+                gem.provider(one.url, stream=False, backoff=FAST),
+                resp.provider(two.url, stream=False, backoff=FAST),
+                other_provider("anthropic", three.url),
+            ]
+        )
+        result = await run(agent_on(chain, limits=tether.Limits(max_provider_attempts=2)))
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "The sum is 5."
+    assert (len(one.requests), len(two.requests), len(three.requests)) == (3, 2, 1)
+    switches = of(result.events, ev.ProviderFallback)
+    assert [(s.from_provider, s.to_provider, s.error_type) for s in switches] == [
+        ("gemini", "openai-responses", "rate_limited"),
+        ("openai-responses", "anthropic", "rate_limited"),
+    ]
+    # The Responses API got Gemini's call and its result as items, by the id tether made.
+    (call,) = [b for m in result.messages for b in m.content if isinstance(b, ToolUseBlock)]
+    items = two.requests[0].json()["input"]
+    outputs = [i for i in items if i.get("type") == "function_call_output"]
+    assert [(o["call_id"], o["output"]) for o in outputs] == [(call.id, "5")]
+    messages = three.requests[0].json()["messages"]
+    assert messages[1]["content"][0] == {
+        "type": "tool_use",
+        "id": call.id,
+        "name": "add",
+        "input": {"a": 2, "b": 3},
+    }
