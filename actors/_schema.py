@@ -28,6 +28,8 @@ import attrs
 import cattrs
 import typing_extensions
 
+from tether.actors._pydantic_kinds import pydantic_version, uses_pydantic
+
 __all__ = ["json_schema"]
 
 _NoneType = type(None)
@@ -80,6 +82,23 @@ def _is_typeddict(tp: Any) -> bool:
 def _is_record(tp: Any) -> bool:
     """An attrs class, a dataclass or a TypedDict: a JSON object with named fields."""
     return _is_attrs(tp) or _is_dataclass(tp) or _is_typeddict(tp)
+
+
+# Pydantic's types: see ._pydantic_kinds (recognising them) and ._pydantic (reading them).
+
+PYDANTIC_EXTRA = "install tether's pydantic extra (Pydantic 2): pip install 'tether[pydantic]'"
+
+
+def _load_pydantic(tp: Any) -> Any:
+    """The :mod:`._pydantic` module; a :class:`TypeError` naming the extra without it."""
+    try:
+        import tether.actors._pydantic as support
+    except ImportError as exc:
+        raise TypeError(
+            f"{_display(tp)} is a Pydantic type, and tether reads those with Pydantic 2: "
+            f"{PYDANTIC_EXTRA} ({exc})"
+        ) from None
+    return support
 
 
 def _record_keys(tp: Any) -> list[str]:
@@ -174,7 +193,16 @@ def _make_json_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(datetime.date, _isoformat)
     converter.register_unstructure_hook(datetime.time, _isoformat)
+    # Pydantic models and dataclasses: Pydantic's own JSON form (by alias, as
+    # their schemas show them and their checks read them back).
+    converter.register_unstructure_hook_func(
+        lambda t: pydantic_version(t) > 0, _unstructure_pydantic
+    )
     return converter
+
+
+def _unstructure_pydantic(value: Any) -> Any:
+    return _load_pydantic(type(value)).dump(value, type(value))
 
 
 def _unstructure_set(value: Any) -> list[Any]:
@@ -231,6 +259,9 @@ def _schema(tp: Any, enclosing: tuple[type, ...]) -> dict[str, Any]:
         return {"type": "number"}
     if tp is str:
         return {"type": "string"}
+    if uses_pydantic(tp):
+        schema: dict[str, Any] = _load_pydantic(tp).json_schema(tp)
+        return schema
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         base, *metadata = typing.get_args(tp)
