@@ -187,9 +187,9 @@ def _make_json_converter() -> cattrs.Converter:
     converter = cattrs.Converter(use_alias=True)
     # Sets become (sorted when possible) lists, dates ISO strings, and a
     # str-valued Enum its value (cattrs would hand back the member).
-    converter.register_unstructure_hook_func(
-        lambda t: isinstance(t, type) and issubclass(t, set | frozenset), _unstructure_set
-    )
+    # By the field's declared type too (``set[str]``, not only ``set``): an attrs
+    # instance's fields are unstructured as declared.
+    converter.register_unstructure_hook_func(_is_set_type, _unstructure_set)
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(datetime.date, _isoformat)
     converter.register_unstructure_hook(datetime.time, _isoformat)
@@ -203,6 +203,11 @@ def _make_json_converter() -> cattrs.Converter:
 
 def _unstructure_pydantic(value: Any) -> Any:
     return _load_pydantic(type(value)).dump(value, type(value))
+
+
+def _is_set_type(tp: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    return isinstance(origin, type) and issubclass(origin, set | frozenset)
 
 
 def _unstructure_set(value: Any) -> list[Any]:
