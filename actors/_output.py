@@ -60,14 +60,16 @@ class OutputSchema:
     @classmethod
     def of(cls, output_type: Any) -> OutputSchema:
         """The schema of ``output_type``; a :class:`TypeError` names what cannot be described."""
+        pydantic = uses_pydantic(output_type)
         try:
             inner = _schema(output_type, ())
         except TypeError as exc:
+            # Pydantic's own problems (or its absence) say what to do; the rest get the list.
+            advice = "" if pydantic else f"; use {_KINDS}"
             raise TypeError(
-                f"output_type {_display(output_type)} cannot be described to a model ({exc}); "
-                f"use {_KINDS}"
+                f"output_type {_display(output_type)} cannot be described to a model ({exc})"
+                f"{advice}"
             ) from None
-        pydantic = uses_pydantic(output_type)
         if _is_record(output_type) or pydantic_object(output_type):
             return cls(type=output_type, wrapped=False, schema=inner, pydantic=pydantic)
         schema = {

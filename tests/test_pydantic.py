@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import attrs
@@ -389,3 +390,38 @@ def test_import_tether_and_a_run_without_pydantic_types_do_not_import_pydantic()
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------- elsewhere
+
+
+async def test_a_durable_runs_pydantic_output_is_stored_and_read_back(tmp_path: Path) -> None:
+    """A run store keeps the model's JSON form; another Runtime that knows the agent reads
+    the stored result back as the model."""
+    agent = typed_agent(Trip, [final({"city": "L", "days": 3})])
+    path = tmp_path / "runs.db"
+    async with tether.Runtime(store=tether.SQLiteRunStore(path)) as rt:
+        result = await rt.run(agent, "q")
+    assert result.output == Trip(city="L", days=3)
+    async with tether.Runtime(store=tether.SQLiteRunStore(path), agents=[agent]) as other:
+        stored = await other.handle(result.run_id).result()
+    assert stored.output == Trip(city="L", days=3)
+    assert isinstance(stored.output, Trip)
+
+
+async def test_a_pydantic_typed_sub_agent_answers_its_caller_with_json() -> None:
+    """A sub-agent whose output is a model answers its caller with the model's JSON."""
+    child = typed_agent(Leg, [final({"origin": "A", "destination": "B"})])
+    parent = tether.Agent(
+        name="boss",
+        provider=ScriptedProvider(
+            [
+                Reply(tool_calls=[ToolCall(name="typed", arguments={"task": "route"})]),
+                Reply(text="done"),
+            ]
+        ),
+        tools=[child.as_tool()],
+    )
+    result = await run(parent)
+    (call,) = of(result.events, ev.ToolCallFinished)
+    assert (call.outcome, json.loads(call.content)) == ("ok", {"origin": "A", "destination": "B"})
