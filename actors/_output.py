@@ -94,7 +94,9 @@ class OutputSchema:
         try:
             return _converter.structure(data, self.type)
         except Exception as exc:
-            problems = [p.removeprefix("$.") for p in _problems(exc, "$")]
+            # "$.days: ..." at a field; a problem of the whole object (a model validator's)
+            # has no path to show.
+            problems = [p.removeprefix("$.").removeprefix("$: ") for p in _problems(exc, "$")]
             raise ToolArgumentsInvalid(f"invalid {OUTPUT_TOOL}: " + "; ".join(problems)) from None
 
     def parse(self, text: str) -> Any:

@@ -14,9 +14,10 @@ Pydantic), so a program that never uses Pydantic never pays for it.
   ``discriminator``. A model whose fields are all required, with no defaults,
   so passes OpenAI's strict mode (see ``_strict_ok`` in
   :mod:`tether.runtime._typed`).
-- **Checks** are Pydantic's (``validate_python``, by the model's own rules:
-  its lax mode unless its config says ``strict``), and every problem comes
-  back with its path and Pydantic's message (:class:`PydanticProblems`).
+- **Checks** are Pydantic's, in its JSON mode (the data came as JSON), by the
+  model's own rules (its lax mode unless its config says ``strict``), and every
+  problem comes back with its path and Pydantic's message
+  (:class:`PydanticProblems`).
 - **JSON forms** are Pydantic's (``dump_python(mode="json", by_alias=True)``),
   so what a tool returns and what a typed run's output dumps to read back.
 """
@@ -24,6 +25,7 @@ Pydantic), so a program that never uses Pydantic never pays for it.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import typing
 from typing import Any
@@ -148,8 +150,15 @@ def validate(tp: Any, data: Any) -> Any:
 
     Raises :class:`PydanticProblems` listing every problem.
     """
+    checker = adapter(tp)
     try:
-        return adapter(tp).validate_python(data)
+        try:
+            # In JSON mode, as the data came: a strict model takes "red" for an Enum
+            # and "2026-01-02" for a date from JSON, not from Python.
+            text = json.dumps(data, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            return checker.validate_python(data)  # not JSON data: Python's rules
+        return checker.validate_json(text)
     except ValidationError as exc:
         problems = [
             (_path(error["loc"]), _message(error))

@@ -7,6 +7,8 @@ messages the model gets back.
 
 from __future__ import annotations
 
+import datetime
+import enum
 import json
 import subprocess
 import sys
@@ -48,6 +50,10 @@ class Cat(BaseModel):
 class Dog(BaseModel):
     kind: Literal["dog"]
     good: bool
+
+
+class Color(enum.Enum):
+    RED = "red"
 
 
 class Node(BaseModel):
@@ -425,3 +431,48 @@ async def test_a_pydantic_typed_sub_agent_answers_its_caller_with_json() -> None
     result = await run(parent)
     (call,) = of(result.events, ev.ToolCallFinished)
     assert (call.outcome, json.loads(call.content)) == ("ok", {"origin": "A", "destination": "B"})
+
+
+class Strictly(BaseModel):
+    model_config = pydantic.ConfigDict(strict=True)
+    color: Color
+    when: datetime.date
+    count: int
+
+
+async def test_a_strict_model_is_checked_as_json() -> None:
+    """Checks run in Pydantic's JSON mode: a strict model takes an Enum's value and an ISO
+    date from JSON, and still refuses "3" for an int."""
+    agent = typed_agent(
+        Strictly,
+        [
+            final({"color": "red", "when": "2026-01-02", "count": "3"}),
+            final({"color": "red", "when": "2026-01-02", "count": 3}),
+        ],
+    )
+    result = await run(agent)
+    assert result.output == Strictly(color=Color.RED, when=datetime.date(2026, 1, 2), count=3)
+    bad, _ = finished(result)
+    assert bad.content.startswith("invalid final_result: count: Input should be a valid integer")
+    assert "color" not in bad.content
+    assert "when" not in bad.content
+
+
+class Span(BaseModel):
+    start: int
+    end: int
+
+    @pydantic.model_validator(mode="after")
+    def ordered(self) -> Span:
+        if self.end < self.start:
+            raise ValueError("end is before start")
+        return self
+
+
+async def test_a_model_validators_message_goes_back_to_the_model() -> None:
+    """A model's own validators are Pydantic's checks too: their message is the problem."""
+    agent = typed_agent(Span, [final({"start": 5, "end": 1}), final({"start": 1, "end": 5})])
+    result = await run(agent)
+    assert result.output == Span(start=1, end=5)
+    bad, _ = finished(result)
+    assert bad.content.startswith("invalid final_result: Value error, end is before start (got")
