@@ -243,7 +243,10 @@ def json_schema(annotation: Any) -> dict[str, Any]:
     ``Optional`` included (``anyOf``); ``Literal`` and ``Enum`` subclasses
     (``enum``, with the JSON type); attrs classes, dataclasses and
     ``TypedDict`` classes (nested objects with ``additionalProperties:
-    false``); ``Annotated[X, "description"]``.
+    false``); ``Annotated[X, "description"]``. With the ``pydantic`` extra,
+    Pydantic models and whatever Pydantic's ``TypeAdapter`` reads
+    (``Annotated[int, Field(gt=0)]``, ...): their schemas are Pydantic's
+    (:mod:`._pydantic`).
 
     Raises :class:`TypeError` naming the type for anything else.
     """
@@ -264,10 +267,15 @@ def _schema(tp: Any, enclosing: tuple[type, ...]) -> dict[str, Any]:
         return {"type": "number"}
     if tp is str:
         return {"type": "string"}
+    origin = typing.get_origin(tp)
     if uses_pydantic(tp):
         schema: dict[str, Any] = _load_pydantic(tp).json_schema(tp)
+        if origin is typing.Annotated and "description" not in schema:
+            # Pydantic reads Field(description=...), not a plain string beside it.
+            notes = [m for m in typing.get_args(tp)[1:] if isinstance(m, str)]
+            if notes:
+                schema["description"] = notes[0]
         return schema
-    origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         base, *metadata = typing.get_args(tp)
         schema = _schema(base, enclosing)

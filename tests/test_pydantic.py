@@ -476,3 +476,26 @@ async def test_a_model_validators_message_goes_back_to_the_model() -> None:
     assert result.output == Span(start=1, end=5)
     bad, _ = finished(result)
     assert bad.content.startswith("invalid final_result: Value error, end is before start (got")
+
+
+def test_a_pydantic_parameters_description_from_field_string_or_docstring() -> None:
+    """Field(description=...), a plain string beside the constraints, or the docstring's
+    Args: each describes a Pydantic-typed parameter."""
+
+    @tether.tool
+    def pick(
+        a: Annotated[int, Field(ge=1, description="from Field")],
+        b: Annotated[int, "from a string", Field(ge=1)],
+        c: Annotated[int, Field(ge=1)],
+    ) -> int:
+        """Pick one.
+
+        Args:
+            c: from the docstring
+        """
+        return a + b + c
+
+    properties = pick.input_schema["properties"]
+    described = {name: schema["description"] for name, schema in properties.items()}
+    assert described == {"a": "from Field", "b": "from a string", "c": "from the docstring"}
+    assert all(schema["minimum"] == 1 for schema in properties.values())
