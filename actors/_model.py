@@ -29,6 +29,7 @@ from tether.providers import (
     ProviderContext,
     ProviderError,
     RateLimited,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     TransientProviderError,
@@ -71,6 +72,7 @@ class ModelFailed:
 ModelReply = (
     TextDelta
     | ToolCallDelta
+    | ReasoningDelta
     | UsageDelta
     | ModelResponse
     | RetryScheduled

@@ -38,6 +38,7 @@ from ._messages_json import dump_messages as dump_messages
 from ._messages_json import load_message as load_message
 from ._messages_json import load_messages as load_messages
 from ._openai import OpenAIProvider as OpenAIProvider
+from ._openai_responses import OpenAIResponsesProvider as OpenAIResponsesProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import context_window_for as context_window_for
 from ._prices import price_for as price_for
@@ -62,6 +63,8 @@ from ._types import OutputFormat as OutputFormat
 from ._types import Price as Price
 from ._types import Provider as Provider
 from ._types import ProviderContext as ProviderContext
+from ._types import Reasoning as Reasoning
+from ._types import ReasoningDelta as ReasoningDelta
 from ._types import StopReason as StopReason
 from ._types import StreamItem as StreamItem
 from ._types import TextBlock as TextBlock
@@ -97,6 +100,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ModelSettings",
     "NotFound",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "OutputFormat",
     "Overloaded",
     "PermissionDenied",
@@ -106,6 +110,8 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "Reasoning",
+    "ReasoningDelta",
     "Reply",
     "ResponseTooLarge",
     "ScriptExhausted",

@@ -84,6 +84,8 @@ from ._types import (
     ModelRequest,
     ModelResponse,
     ProviderContext,
+    Reasoning,
+    ReasoningDelta,
     StopReason,
     StreamItem,
     TextBlock,
@@ -109,6 +111,7 @@ SUPPORTED_SETTINGS = frozenset(
         "tool_choice",
         "parallel_tool_calls",
         "metadata",
+        "thinking_budget",
         "extra_headers",
         "extra_body",
     }
@@ -117,6 +120,7 @@ SUPPORTED_SETTINGS = frozenset(
 OWN_FIELDS = frozenset(
     {
         "model",
+        "thinking",
         "max_tokens",
         "messages",
         "system",
@@ -136,6 +140,8 @@ OWN_HEADERS = frozenset(
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 #: ``AnthropicProvider(cache=...)``: ``"auto"`` marks the prompt for caching.
 CacheMode = Literal["off", "auto"]
+#: The smallest ``budget_tokens`` the Messages API takes for extended thinking.
+MIN_THINKING_BUDGET = 1024
 #: The breakpoint tether puts on a block (the default five-minute cache).
 EPHEMERAL = {"type": "ephemeral"}
 #: The most ``cache_control`` breakpoints the Messages API takes in one request.
@@ -209,6 +215,7 @@ class AnthropicProvider(HttpProvider):
                 f"anthropic: ModelSettings.temperature must be in [0, 1], "
                 f"got {settings.temperature!r}"
             )
+        _check_thinking(settings)
         extra = sorted(set(settings.metadata or ()) - {"user_id"})
         if extra:
             raise ValueError(
@@ -247,11 +254,25 @@ class AnthropicProvider(HttpProvider):
         max_tokens = request.max_tokens
         if max_tokens is None:
             max_tokens = (settings and settings.max_tokens) or self.max_tokens
+        budget = settings.thinking_budget if settings is not None else None
+        thinking: dict[str, Any] | None = None
+        if budget == 0:
+            thinking = {"type": "disabled"}
+        elif budget is not None:
+            if request.max_tokens is None and (settings is None or settings.max_tokens is None):
+                # The default cap is for the answer: thinking comes on top of it.
+                max_tokens += budget
+            # budget_tokens must stay below max_tokens (which the clamp may have lowered).
+            budget = min(budget, max_tokens - 1)
+            if budget >= MIN_THINKING_BUDGET:
+                thinking = {"type": "enabled", "budget_tokens": budget}
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": max_tokens,
             "messages": [_message(m) for m in request.messages],
         }
+        if thinking is not None:
+            body["thinking"] = thinking
         if request.system:
             body["system"] = request.system
         if request.tools:
@@ -286,6 +307,24 @@ class AnthropicProvider(HttpProvider):
                 text = shape.text(block.get("text"), f"message.content[{i}].text")
                 if text:
                     content.append(TextBlock(text=text))
+            elif kind == "thinking":
+                content.append(
+                    Reasoning(
+                        text=shape.text(block.get("thinking"), f"message.content[{i}].thinking"),
+                        signature=shape.text(
+                            block.get("signature"), f"message.content[{i}].signature"
+                        ),
+                        provider="anthropic",
+                    )
+                )
+            elif kind == "redacted_thinking":
+                content.append(
+                    Reasoning(
+                        redacted=True,
+                        signature=shape.text(block.get("data"), f"message.content[{i}].data"),
+                        provider="anthropic",
+                    )
+                )
             elif kind == "tool_use":
                 content.append(
                     ToolUseBlock(
@@ -303,6 +342,37 @@ class AnthropicProvider(HttpProvider):
             usage=usage,
             raw_stop_reason=raw_stop,
             model=shape.opt_text(message.get("model"), "message.model") or self.model,
+        )
+
+
+def _check_thinking(settings: ModelSettings) -> None:
+    """``ValueError`` for what extended thinking cannot go with (Anthropic's documented limits)."""
+    budget = settings.thinking_budget
+    if budget is None or budget == 0:
+        return
+    if budget < MIN_THINKING_BUDGET:
+        raise ValueError(
+            f"anthropic: ModelSettings.thinking_budget must be at least {MIN_THINKING_BUDGET} "
+            f"tokens (or 0, thinking off), got {budget!r}"
+        )
+    if settings.max_tokens is not None and settings.max_tokens <= budget:
+        raise ValueError(
+            f"anthropic: ModelSettings.max_tokens ({settings.max_tokens}) must be more than "
+            f"thinking_budget ({budget}): thinking tokens are output tokens"
+        )
+    if settings.temperature is not None and settings.temperature != 1:
+        raise ValueError(
+            "anthropic: extended thinking (thinking_budget) takes no temperature other than 1; "
+            f"got temperature={settings.temperature!r}"
+        )
+    if settings.top_p is not None and not 0.95 <= settings.top_p <= 1:
+        raise ValueError(
+            f"anthropic: with extended thinking top_p must be in [0.95, 1], got {settings.top_p!r}"
+        )
+    if settings.tool_choice is not None and settings.tool_choice not in ("auto", "none"):
+        raise ValueError(
+            "anthropic: extended thinking (thinking_budget) takes tool_choice 'auto' or 'none' "
+            f"only (no forced tool use), got {settings.tool_choice!r}"
         )
 
 
@@ -378,6 +448,10 @@ def _message(message: Message) -> dict[str, Any]:
             blocks.append(
                 {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
             )
+        elif isinstance(block, Reasoning):
+            # Sent back unchanged, signature and all; another vendor's is no use here.
+            if block.provider == "anthropic" and block.signature is not None:
+                blocks.append(_thinking(block))
         else:
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -388,6 +462,13 @@ def _message(message: Message) -> dict[str, Any]:
                 result["is_error"] = True
             blocks.append(result)
     return {"role": message.role, "content": blocks}
+
+
+def _thinking(block: Reasoning) -> dict[str, Any]:
+    """A ``thinking`` block as the API sent it, or a ``redacted_thinking`` one."""
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": block.signature}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
 
 
 def _image(image: Image) -> dict[str, Any]:
@@ -440,11 +521,19 @@ class _Block:
     name: str = ""
     initial_input: Any = None
     json_parts: list[str] = attrs.field(factory=list)
+    #: A thinking block's signature pieces (``signature_delta``), or a redacted one's data.
+    signature: list[str] = attrs.field(factory=list)
 
     def finish(self) -> ContentBlock | None:
         if self.kind == "text":
             text = "".join(self.text)
             return TextBlock(text=text) if text else None
+        if self.kind == "thinking":
+            return Reasoning(
+                text="".join(self.text), signature="".join(self.signature), provider="anthropic"
+            )
+        if self.kind == "redacted_thinking":
+            return Reasoning(redacted=True, signature="".join(self.signature), provider="anthropic")
         if self.kind == "tool_use":
             raw = "".join(self.json_parts)
             tool_input = (
@@ -509,6 +598,19 @@ class _StreamState:
                     initial_input=block.get("input"),
                 )
                 return []
+            if block_kind == "thinking":
+                text = shape.text(block.get("thinking", ""), "content_block.thinking")
+                signature = shape.text(block.get("signature", ""), "content_block.signature")
+                self.blocks[index] = _Block(
+                    kind="thinking",
+                    text=[text] if text else [],
+                    signature=[signature] if signature else [],
+                )
+                return [ReasoningDelta(text=text)] if text else []
+            if block_kind == "redacted_thinking":
+                data_ = shape.text(block.get("data"), "content_block.data")
+                self.blocks[index] = _Block(kind="redacted_thinking", signature=[data_])
+                return []
             self.blocks[index] = _Block(kind=str(block_kind))
             return []
         if kind == "content_block_delta":
@@ -519,6 +621,13 @@ class _StreamState:
                 text = shape.text(delta.get("text"), "text_delta.text")
                 target.text.append(text)
                 return [TextDelta(text=text)] if text else []
+            if delta_kind == "thinking_delta" and target.kind == "thinking":
+                text = shape.text(delta.get("thinking"), "thinking_delta.thinking")
+                target.text.append(text)
+                return [ReasoningDelta(text=text)] if text else []
+            if delta_kind == "signature_delta" and target.kind == "thinking":
+                target.signature.append(shape.text(delta.get("signature"), "signature_delta"))
+                return []
             if delta_kind == "input_json_delta" and target.kind == "tool_use":
                 part = shape.text(delta.get("partial_json"), "input_json_delta.partial_json")
                 target.json_parts.append(part)

@@ -17,6 +17,8 @@ from ._types import (
     Backoff,
     ModelResponse,
     Price,
+    Reasoning,
+    ReasoningDelta,
     StreamItem,
     TextDelta,
     ToolCallDelta,
@@ -100,8 +102,11 @@ def _rebuilt(cls: type[HttpProvider], fields: dict[str, Any]) -> HttpProvider:
 
 
 def whole_response(response: ModelResponse) -> Iterator[StreamItem]:
-    """A response that arrived in one piece, played as a stream: text, each tool call's
-    arguments, usage, response."""
+    """A response that arrived in one piece, played as a stream: reasoning, text, each
+    tool call's arguments, usage, response."""
+    for block in response.content:
+        if type(block) is Reasoning and block.text:
+            yield ReasoningDelta(text=block.text)
     if response.text:
         yield TextDelta(text=response.text)
     for call in response.tool_calls:

@@ -12,9 +12,16 @@ The format is plain JSON, one object per message, each block tagged by
     {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a cat",
          "is_error": false, "images": [...]}]}
+    {"role": "assistant", "content": [
+        {"type": "reasoning", "text": "The user wants...", "signature": "EqQB...",
+         "provider": "anthropic"},
+        {"type": "reasoning", "redacted": true, "signature": "<encrypted>",
+         "provider": "anthropic"}]}
 
 Image bytes are base64. ``images`` is left out of a tool result without any,
-and ``media_type`` out of a URL image without one. Reading checks every field
+and ``media_type`` out of a URL image without one; a reasoning block leaves
+out what it does not have (``signature``, ``provider``, ``id``, an empty
+``text``, ``redacted`` when false). Reading checks every field
 and says where a fault is (``data[2].content[0].text: ...``), as a
 ``ValueError``; an image is checked as :class:`Image` checks it.
 """
@@ -26,9 +33,17 @@ import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._types import ContentBlock, Image, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ._types import (
+    ContentBlock,
+    Image,
+    Message,
+    Reasoning,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
-_BLOCK_TYPES = "text, image, tool_use, tool_result"
+_BLOCK_TYPES = "text, image, tool_use, tool_result, reasoning"
 
 
 def dump_image(image: Image) -> dict[str, Any]:
@@ -49,6 +64,8 @@ def dump_block(block: ContentBlock) -> dict[str, Any]:
         return dump_image(block)
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if isinstance(block, Reasoning):
+        return dump_reasoning(block)
     out: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": block.tool_use_id,
@@ -57,6 +74,19 @@ def dump_block(block: ContentBlock) -> dict[str, Any]:
     }
     if block.images:
         out["images"] = [dump_image(i) for i in block.images]
+    return out
+
+
+def dump_reasoning(block: Reasoning) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "reasoning"}
+    if block.text:
+        out["text"] = block.text
+    if block.redacted:
+        out["redacted"] = True
+    for key in ("signature", "provider", "id"):
+        value = getattr(block, key)
+        if value is not None:
+            out[key] = value
     return out
 
 
@@ -133,7 +163,27 @@ def load_block(data: Any, where: str) -> ContentBlock:
                 for i, im in enumerate(images)
             ),
         )
+    if kind == "reasoning":
+        return load_reasoning(obj, where)
     raise ValueError(f"{where}.type: must be one of {_BLOCK_TYPES}, got {kind!r}")
+
+
+def load_reasoning(obj: Mapping[str, Any], where: str) -> Reasoning:
+    text = obj.get("text", "")
+    if not isinstance(text, str):
+        raise ValueError(f"{where}.text: must be a string, got {_kind(text)}")
+    redacted = obj.get("redacted", False)
+    if not isinstance(redacted, bool):
+        raise ValueError(f"{where}.redacted: must be true or false, got {redacted!r}")
+    signature, provider, id_ = (
+        _opt_str(obj, key, where) for key in ("signature", "provider", "id")
+    )
+    try:
+        return Reasoning(
+            text=text, redacted=redacted, signature=signature, provider=provider, id=id_
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def load_image(obj: Mapping[str, Any], where: str) -> Image:
@@ -167,6 +217,13 @@ def _str(obj: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         what = "missing" if key not in obj else f"must be a string, got {_kind(value)}"
         raise ValueError(f"{where}.{key}: {what}")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{where}.{key}: must be a string, got {_kind(value)}")
     return value
 
 

@@ -112,6 +112,7 @@ SUPPORTED_SETTINGS = frozenset(
         "tool_choice",
         "parallel_tool_calls",
         "seed",
+        "reasoning_effort",
         "extra_headers",
         "extra_body",
     }
@@ -132,6 +133,7 @@ OWN_FIELDS = frozenset(
         "tool_choice",
         "parallel_tool_calls",
         "seed",
+        "reasoning_effort",
     }
 )
 #: Headers tether sets itself; ``extra_headers`` may not replace them.
@@ -323,6 +325,8 @@ def _settings(body: dict[str, Any], settings: ModelSettings, has_tools: bool) ->
         body["stop"] = list(settings.stop_sequences)
     if settings.seed is not None:
         body["seed"] = settings.seed
+    if settings.reasoning_effort is not None:
+        body["reasoning_effort"] = settings.reasoning_effort
     if has_tools:
         choice = settings.tool_choice
         if choice in ("auto", "required", "none"):

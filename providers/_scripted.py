@@ -30,6 +30,8 @@ from ._types import (
     ModelResponse,
     Price,
     ProviderContext,
+    Reasoning,
+    ReasoningDelta,
     StopReason,
     StreamItem,
     TextBlock,
@@ -71,6 +73,9 @@ class Reply:
     stop_reason: StopReason | None = None
     raw_stop_reason: str | None = None
     usage: TokenUsage | None = None
+    #: Reasoning the reply starts with: each one's text streams as a ``ReasoningDelta``
+    #: (before the answer's text) and counts as output; the blocks lead the content.
+    reasoning: Sequence[Reasoning] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -193,18 +198,25 @@ class ScriptedProvider:
         truncated = False
         if budget is not None and _tokens(text) > budget:
             text, truncated = text[: budget * CHARS_PER_TOKEN], True
-        out_tokens = _tokens(text)
         chunks: list[list[StreamItem]] = []
+        thought = ""
+        for block in reply.reasoning:
+            if block.text:
+                thought += block.text
+                chunks.append([ReasoningDelta(text=block.text)])
+        out_tokens = _tokens(thought + text)
         step = self.chunk_size or max(1, len(text))
         for start in range(0, len(text), step):
             chunk: list[StreamItem] = [TextDelta(text=text[start : start + step])]
             if reply.usage is None:
-                so_far = _tokens(text[: start + step])
+                so_far = _tokens(thought + text[: start + step])
                 chunk.append(
                     UsageDelta(usage=TokenUsage(input_tokens=input_tokens, output_tokens=so_far))
                 )
             chunks.append(chunk)
-        content: list[ContentBlock] = [TextBlock(text=text)] if text else []
+        content: list[ContentBlock] = [*reply.reasoning]
+        if text:
+            content.append(TextBlock(text=text))
         for i, call in enumerate(reply.tool_calls):
             call_id = call.id or f"call_{ctx.call_index}_{i}"
             # As a wire provider would: arguments nested too deep arrive as flat text.
@@ -260,6 +272,8 @@ def _message_chars(message: Message) -> int:
             chars += len(block.content) + IMAGE_CHARS * len(block.images)
         elif isinstance(block, Image):
             chars += IMAGE_CHARS
+        elif isinstance(block, Reasoning):
+            chars += len(block.text)
         else:
             chars += len(block.name) + len(repr(block.input))
     return chars

@@ -101,6 +101,36 @@ def _check_seed(_: Any, __: Any, value: object) -> None:
         raise TypeError(f"ModelSettings.seed must be an int, got {type(value).__name__}")
 
 
+#: ``reasoning_effort`` values some vendor takes (OpenAI's ``reasoning.effort`` and
+#: Chat Completions' ``reasoning_effort``; Gemini's ``thinkingLevel``): each
+#: provider says which of them it takes.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _check_effort(_: Any, __: Any, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"ModelSettings.reasoning_effort must be a str, got {type(value).__name__}")
+    if value not in REASONING_EFFORTS:
+        raise ValueError(
+            f"ModelSettings.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, "
+            f"got {value!r}"
+        )
+
+
+def _check_budget(_: Any, __: Any, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"ModelSettings.thinking_budget must be an int, got {type(value).__name__}")
+    if value < -1:
+        raise ValueError(
+            "ModelSettings.thinking_budget must be a number of tokens (>= 0), or -1 for "
+            f"the model's own choice (Gemini), got {value!r}"
+        )
+
+
 def _str_map(name: str, value: object) -> dict[str, str] | None:
     if value is None:
         return None
@@ -170,6 +200,14 @@ class ModelSettings:
       called); it applies to every request of the run;
     - ``parallel_tool_calls``: ``False`` asks for at most one call per response;
     - ``seed`` (OpenAI only), ``metadata`` (Anthropic only: ``user_id``);
+    - ``reasoning_effort``: how hard a reasoning model thinks (``"none"``,
+      ``"minimal"``, ``"low"``, ``"medium"``, ``"high"``, ``"xhigh"``; each
+      provider takes some of them: OpenAI's ``reasoning.effort``);
+    - ``thinking_budget``: the tokens a model may spend thinking (Anthropic's
+      extended thinking ``budget_tokens``, at least 1,024 there; Gemini's
+      ``thinkingBudget``, where 0 turns thinking off and -1 lets the model
+      choose); thinking tokens are output tokens, so ``max_tokens`` and the
+      budget clamp bound them too;
     - ``extra_headers``: sent with each request (names lower-cased; the repr
       shows names only); they may not replace a header tether sets itself (the
       API key's above all);
@@ -187,6 +225,8 @@ class ModelSettings:
         default=None, validator=_check_bool("parallel_tool_calls")
     )
     seed: int | None = attrs.field(default=None, validator=_check_seed)
+    reasoning_effort: str | None = attrs.field(default=None, validator=_check_effort)
+    thinking_budget: int | None = attrs.field(default=None, validator=_check_budget)
     metadata: Mapping[str, str] | None = attrs.field(default=None, converter=_to_metadata)
     extra_headers: Mapping[str, str] | None = attrs.field(
         default=None, converter=_to_headers, repr=_header_names

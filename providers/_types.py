@@ -279,7 +279,54 @@ class ToolResultBlock:
     type: Literal["tool_result"] = "tool_result"
 
 
-ContentBlock = TextBlock | Image | ToolUseBlock | ToolResultBlock
+@attrs.frozen(kw_only=True)
+class Reasoning:
+    """A model's reasoning ("thinking"), kept in the transcript so it can be sent back.
+
+    Reasoning models hand back their reasoning as content that the next request
+    must carry unchanged, above all with tool use: Anthropic's ``thinking``
+    blocks (``text`` and its ``signature``) and ``redacted_thinking`` blocks
+    (``redacted=True``, the encrypted ``data`` in ``signature``); OpenAI
+    Responses ``reasoning`` items (``id``, the summary as ``text``, the
+    ``encrypted_content`` in ``signature``); Gemini thought summaries (``text``)
+    and ``thoughtSignature`` (``signature``).
+
+    ``provider`` names the wire format that made it (``"anthropic"``,
+    ``"openai-responses"``, ``"gemini"``): a signature is only good to the
+    vendor that signed it, so every provider sends back only its own and skips
+    the rest (a transcript may change provider, through a fallback). The
+    ``signature`` is opaque: tether stores it and sends it back, byte for byte,
+    and never reads it.
+    """
+
+    #: The reasoning's readable text (or its summary); ``""`` when redacted or not given.
+    text: str = ""
+    #: The vendor's signature or encrypted payload, sent back unchanged; ``None``: none.
+    signature: str | None = attrs.field(
+        default=None, repr=lambda s: "None" if s is None else f"<{len(s):,} chars>"
+    )
+    #: The text is withheld (Anthropic ``redacted_thinking``): only ``signature`` is kept.
+    redacted: bool = False
+    #: The wire format that made it; others skip it (``None``: any may send its text).
+    provider: str | None = None
+    #: The vendor's id of the item (OpenAI's ``rs_...``), when it has one.
+    id: str | None = None
+    type: Literal["reasoning"] = "reasoning"
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"Reasoning.text must be a str, got {type(self.text).__name__}")
+        for name in ("signature", "provider", "id"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"Reasoning.{name} must be a str or None, got {value!r:.80}")
+        if not isinstance(self.redacted, bool):
+            raise TypeError(f"Reasoning.redacted must be a bool, got {self.redacted!r}")
+        if self.redacted and self.text:
+            raise ValueError("a redacted Reasoning has no text (its payload is in signature)")
+
+
+ContentBlock = TextBlock | Image | ToolUseBlock | ToolResultBlock | Reasoning
 
 
 @attrs.frozen(kw_only=True)
@@ -287,8 +334,8 @@ class Message:
     """One turn of a transcript: a ``role`` and its content blocks.
 
     Blocks are provider-neutral: :class:`TextBlock`, :class:`Image`,
-    :class:`ToolUseBlock` (the assistant's) and :class:`ToolResultBlock` (the
-    user's, one per tool use). ``tether.dump_messages`` and
+    :class:`ToolUseBlock` and :class:`Reasoning` (the assistant's) and
+    :class:`ToolResultBlock` (the user's, one per tool use). ``tether.dump_messages`` and
     ``tether.load_messages`` turn a transcript into JSON and back.
     """
 
@@ -368,6 +415,9 @@ class TokenUsage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    #: Of ``output_tokens``, those spent reasoning (OpenAI's ``reasoning_tokens``,
+    #: Gemini's ``thoughtsTokenCount``), where the provider says; already in ``output_tokens``.
+    reasoning_tokens: int = 0
     #: Counted by tether's estimator (the provider reported no usage), not by the provider.
     estimated: bool = False
 
@@ -387,6 +437,7 @@ class TokenUsage:
             output_tokens=self.output_tokens + other.output_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             estimated=self.estimated or other.estimated,
         )
 
@@ -397,6 +448,18 @@ ZERO_USAGE = TokenUsage()
 @attrs.frozen(kw_only=True)
 class TextDelta:
     """A piece of the answer's text, as it streams in."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning text (or its summary), as it streams in.
+
+    The whole reasoning, with its signature, comes in the :class:`ModelResponse`
+    as :class:`Reasoning` blocks. Its text counts as output while tether
+    estimates a stream's usage (thinking tokens are output tokens).
+    """
 
     text: str
 
@@ -439,8 +502,12 @@ class ModelResponse:
     def tool_calls(self) -> tuple[ToolUseBlock, ...]:
         return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
 
+    @property
+    def reasoning(self) -> tuple[Reasoning, ...]:
+        return tuple(b for b in self.content if isinstance(b, Reasoning))
 
-StreamItem = TextDelta | ToolCallDelta | UsageDelta | ModelResponse
+
+StreamItem = TextDelta | ToolCallDelta | ReasoningDelta | UsageDelta | ModelResponse
 
 
 @attrs.frozen(kw_only=True)

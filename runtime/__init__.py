@@ -80,6 +80,7 @@ from ._events import PolicyChecked as PolicyChecked
 from ._events import ProviderFallback as ProviderFallback
 from ._events import ProviderRetry as ProviderRetry
 from ._events import ProviderWait as ProviderWait
+from ._events import ReasoningDelta as ReasoningDelta
 from ._events import RunFinished as RunFinished
 from ._events import RunResumed as RunResumed
 from ._events import RunStarted as RunStarted
@@ -237,6 +238,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ProviderWait",
     "RUN_COLUMNS",
     "ReaderKind",
+    "ReasoningDelta",
     "RemoteTool",
     "RuleJudge",
     "RunFinished",

@@ -1,7 +1,8 @@
 """Live deltas for the readers that ask for them (see docs/guides/streaming.md).
 
 A run's kept events live in its :class:`~._trail.Trail`; its deltas
-(:class:`~._events.TextDelta`, :class:`~._events.ToolCallDelta`) are kept
+(:class:`~._events.TextDelta`, :class:`~._events.ToolCallDelta`,
+:class:`~._events.ReasoningDelta`) are kept
 nowhere. Each reader that asks for them gets a :class:`DeltaBuffer` of its
 own, which the trail fills as deltas arrive and the reader empties at its own
 pace. A reader that falls behind never holds up the run and never loses text:
@@ -24,7 +25,7 @@ import attrs
 
 import tether.runtime._events as ev
 
-Delta = ev.TextDelta | ev.ToolCallDelta
+Delta = ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta
 
 
 class Pending:
@@ -42,9 +43,9 @@ class Pending:
         first = self.first
         if delta.run_id != first.run_id:  # a sink's deltas come from every run
             return False
-        if isinstance(first, ev.TextDelta):
+        if isinstance(first, ev.TextDelta | ev.ReasoningDelta):
             return (
-                isinstance(delta, ev.TextDelta)
+                type(delta) is type(first)
                 and delta.call_index == first.call_index
                 and delta.attempt == first.attempt
             )
@@ -63,13 +64,13 @@ class Pending:
         if self.parts is None:
             return self.first
         joined = "".join(self.parts)
-        if isinstance(self.first, ev.TextDelta):
+        if isinstance(self.first, ev.TextDelta | ev.ReasoningDelta):
             return attrs.evolve(self.first, text=joined)
         return attrs.evolve(self.first, arguments_delta=joined)
 
 
 def _piece(delta: Delta) -> str:
-    return delta.text if isinstance(delta, ev.TextDelta) else delta.arguments_delta
+    return delta.arguments_delta if isinstance(delta, ev.ToolCallDelta) else delta.text
 
 
 class DeltaBuffer:

@@ -32,6 +32,7 @@ from tether.providers import (
     Message,
     ModelRequest,
     ModelResponse,
+    Reasoning,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -63,6 +64,8 @@ def _block_texts(blocks: Iterable[object]) -> Iterable[str]:
             yield block.input if isinstance(block.input, str) else _json(block.input)
         elif isinstance(block, ToolResultBlock):
             yield block.content
+        elif isinstance(block, Reasoning):
+            yield block.text  # a redacted one's payload is not text the model reads
 
 
 def estimate_input(request: ModelRequest) -> int:

@@ -331,8 +331,19 @@ class ToolCallDelta(Event):
     attempt: int = 1
 
 
+@attrs.frozen(kw_only=True)
+class ReasoningDelta(Event):
+    """A piece of a model call's reasoning text (or its summary) as it streams. Live
+    only, as :class:`TextDelta` is; the whole reasoning, with its signature, is in
+    the transcript (``RunResult.messages``) as :class:`tether.Reasoning` blocks."""
+
+    text: str
+    call_index: int = 0
+    attempt: int = 1
+
+
 #: The live-only events: never kept, never replayed.
-DELTA_TYPES = (TextDelta, ToolCallDelta)
+DELTA_TYPES = (TextDelta, ToolCallDelta, ReasoningDelta)
 
 
 @attrs.frozen(kw_only=True)
@@ -394,6 +405,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFinished,
         TextDelta,
         ToolCallDelta,
+        ReasoningDelta,
     )
 }
 

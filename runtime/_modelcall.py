@@ -40,6 +40,7 @@ from tether.providers import (
     ContextWindowExceeded,
     ModelRequest,
     ModelResponse,
+    ReasoningDelta,
     StopReason,
     TextDelta,
     TokenUsage,
@@ -201,7 +202,8 @@ class ModelClient:
                     await reply.wait_receivable()
                     continue
                 match item:
-                    case TextDelta():
+                    case TextDelta() | ReasoningDelta():
+                        # Thinking tokens are output tokens: reasoning is estimated as text is.
                         if trail.streaming:  # someone reads deltas (else: none is built)
                             _live(trail, item, meter.model_calls - 1, attempt)
                         if estimating:
@@ -316,11 +318,22 @@ def _finished_fields(response: ModelResponse) -> dict[str, Any]:
     }
 
 
-def _live(trail: Trail, item: TextDelta | ToolCallDelta, call_index: int, attempt: int) -> None:
+def _live(
+    trail: Trail,
+    item: TextDelta | ToolCallDelta | ReasoningDelta,
+    call_index: int,
+    attempt: int,
+) -> None:
     """Hand a provider's delta to the run's delta readers, live (docs/guides/streaming.md)."""
     if isinstance(item, TextDelta):
         trail.delta(
             ev.TextDelta(
+                **trail.delta_head(), text=item.text, call_index=call_index, attempt=attempt
+            )
+        )
+    elif isinstance(item, ReasoningDelta):
+        trail.delta(
+            ev.ReasoningDelta(
                 **trail.delta_head(), text=item.text, call_index=call_index, attempt=attempt
             )
         )

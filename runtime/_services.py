@@ -37,7 +37,8 @@ class RuntimeServices:
         new_run_id: Callable[[], str],
         budget_spent: Callable[[str, Hit], None],
         run_finished: Callable[[str], None],
-        delta_sink: Callable[[ev.TextDelta | ev.ToolCallDelta], object] | None = None,
+        delta_sink: Callable[[ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta], object]
+        | None = None,
     ) -> None:
         self.http = HttpPool()
         self.threads = ToolThreads(tool_threads)

@@ -34,6 +34,8 @@ from tether.providers import (
 )
 
 from .helpers import first, of
+from .providers import responses_wire
+from .providers.fakes import fake_server
 
 pytestmark = pytest.mark.anyio
 
@@ -484,3 +486,27 @@ def test_import_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delitem(sys.modules, "tether.otel")
     with pytest.raises(ImportError, match=r"tether\[otel\]"):
         importlib.import_module("tether.otel")
+
+
+async def test_a_responses_run_names_the_vendor_and_its_reasoning_tokens(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """OpenAIResponsesProvider: gen_ai.provider.name is openai (tether's name beside it);
+    the chat span has the reasoning tokens and the wire's finish reason."""
+    async with fake_server(responses_wire.reply(True)) as server:
+        agent = tether.Agent(name="r", provider=responses_wire.provider(server.url))
+        async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+            result = await rt.run(agent, "hi")
+    assert result.termination is tether.Termination.ANSWERED
+    spans = exporter.get_finished_spans()
+    (run,) = by_name(spans, "invoke_agent")
+    (chat,) = by_name(spans, "chat")
+    for span in (run, chat):
+        assert attrs_of(span)["gen_ai.provider.name"] == "openai"
+        assert attrs_of(span)["gen_ai.system"] == "openai"
+        assert attrs_of(span)["tether.provider"] == "openai-responses"
+    assert chat.name == f"chat {responses_wire.MODEL}"
+    assert attrs_of(chat)["tether.usage.reasoning_tokens"] == 5
+    assert attrs_of(chat)["gen_ai.usage.output_tokens"] == 12
+    assert attrs_of(chat)["gen_ai.usage.cache_read.input_tokens"] == 10
+    assert attrs_of(chat)["gen_ai.response.finish_reasons"] == ("completed",)

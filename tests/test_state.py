@@ -16,6 +16,7 @@ from tether.actors import Judgement
 from tether.providers import (
     Image,
     Message,
+    Reasoning,
     Reply,
     ScriptedProvider,
     TextBlock,
@@ -59,8 +60,19 @@ images = st.one_of(
         media_type=st.none() | st.sampled_from(sorted(MAGIC)),
     ),
 )
+reasonings = st.one_of(
+    st.builds(
+        Reasoning,
+        text=st.text(),
+        signature=st.none() | st.text(),
+        provider=st.none() | st.sampled_from(["anthropic", "openai-responses", "gemini"]),
+        id=st.none() | ids,
+    ),
+    st.builds(Reasoning, redacted=st.just(True), signature=st.text(), provider=st.none() | ids),
+)
 blocks = st.one_of(
     st.builds(TextBlock, text=st.text()),
+    reasonings,
     tool_uses,
     images,
     st.builds(

@@ -11,6 +11,7 @@ from tether.actors import tool as tool
 from tether.providers import Image as Image
 from tether.providers import Message as Message
 from tether.providers import ModelSettings as ModelSettings
+from tether.providers import Reasoning as Reasoning
 from tether.providers import TetherError as TetherError
 from tether.providers import dump_messages as dump_messages
 from tether.providers import load_messages as load_messages
@@ -71,6 +72,7 @@ __all__ = [
     "ModelSettings",
     "Policy",
     "PolicyPoint",
+    "Reasoning",
     "RuleJudge",
     "RunContext",
     "RunHandle",

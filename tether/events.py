@@ -24,6 +24,7 @@ from tether.runtime import PolicyChecked as PolicyChecked
 from tether.runtime import ProviderFallback as ProviderFallback
 from tether.runtime import ProviderRetry as ProviderRetry
 from tether.runtime import ProviderWait as ProviderWait
+from tether.runtime import ReasoningDelta as ReasoningDelta
 from tether.runtime import RunFinished as RunFinished
 from tether.runtime import RunResumed as RunResumed
 from tether.runtime import RunStarted as RunStarted
@@ -64,6 +65,7 @@ __all__ = [  # noqa: RUF022  (plain sorted())
     "ProviderFallback",
     "ProviderRetry",
     "ProviderWait",
+    "ReasoningDelta",
     "RunFinished",
     "RunResumed",
     "RunStarted",

@@ -81,6 +81,19 @@ _log = logging.getLogger("tether.otel")
 
 #: Longest status description kept (a crashed run's traceback is longer).
 _MAX_DESCRIPTION = 1000
+#: tether's provider names whose GenAI ``gen_ai.provider.name`` differs (the
+#: conventions name the vendor, not its API); the tether name is in ``tether.provider``.
+_SEMCONV_PROVIDER = {"openai-responses": "openai", "gemini": "gcp.gemini"}
+
+
+def _provider_attributes(provider: str) -> dict[str, str]:
+    """The provider's attributes: the GenAI name (and the older ``gen_ai.system``), and
+    tether's own name where the two differ."""
+    name = _SEMCONV_PROVIDER.get(provider, provider)
+    attributes = {"gen_ai.provider.name": name, "gen_ai.system": name}
+    if name != provider:
+        attributes["tether.provider"] = provider
+    return attributes
 
 
 def _version() -> str | None:
@@ -276,8 +289,7 @@ class OtelSink:
             "tether.run_id": event.run_id,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = provider
-            attributes["gen_ai.system"] = provider
+            attributes.update(_provider_attributes(provider))
         if model:
             attributes["gen_ai.request.model"] = model
         if event.parent_run_id:
@@ -331,8 +343,7 @@ class OtelSink:
             "tether.provider_attempts": event.attempt,
         }
         if provider:
-            attributes["gen_ai.provider.name"] = provider
-            attributes["gen_ai.system"] = provider
+            attributes.update(_provider_attributes(provider))
         if model:
             attributes["gen_ai.request.model"] = model
         if event.max_tokens is not None:
@@ -365,8 +376,7 @@ class OtelSink:
         span.update_name(f"chat {event.to_model}")
         span.set_attribute("gen_ai.request.model", event.to_model)
         if event.to_provider:
-            span.set_attribute("gen_ai.provider.name", event.to_provider)
-            span.set_attribute("gen_ai.system", event.to_provider)
+            span.set_attributes(_provider_attributes(event.to_provider))
 
     def _model_call_finished(self, run: _RunSpans, event: ev.ModelCallFinished) -> None:
         span = run.chat
@@ -388,6 +398,9 @@ class OtelSink:
             attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
         if usage.cache_write_tokens:
             attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+        if usage.reasoning_tokens:
+            # Already in output_tokens; the conventions have no name for them yet.
+            attributes["tether.usage.reasoning_tokens"] = usage.reasoning_tokens
         response_model = getattr(event, "model", None)
         if response_model:
             attributes["gen_ai.response.model"] = response_model

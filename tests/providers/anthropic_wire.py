@@ -51,7 +51,11 @@ def stream_events(
     stop: str | None = "end_turn",
     output_tokens: int = 15,
     end: bool = True,
+    thinking: tuple[tuple[str, ...], str] | None = None,
+    redacted: str | None = None,
 ) -> list[tuple[str | None, Any]]:
+    """A streamed message: ``thinking`` (its text's pieces and its signature) and a
+    ``redacted`` thinking block's data first, if given; then text; then tool calls."""
     events: list[tuple[str | None, Any]] = [
         (
             "message_start",
@@ -77,30 +81,38 @@ def stream_events(
         ("ping", {"type": "ping"}),
     ]
     index = 0
-    if text:
+
+    def block(start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+        nonlocal index
         events.append(
             (
                 "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
+                {"type": "content_block_start", "index": index, "content_block": start},
             )
         )
-        for piece in text:
+        for delta in deltas:
             events.append(
                 (
                     "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": piece},
-                    },
+                    {"type": "content_block_delta", "index": index, "delta": delta},
                 )
             )
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-        index = 1
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+
+    if thinking is not None:
+        pieces, signature = thinking
+        block(
+            {"type": "thinking", "thinking": "", "signature": ""},
+            [{"type": "thinking_delta", "thinking": p} for p in pieces]
+            + [{"type": "signature_delta", "signature": signature}],
+        )
+    if redacted is not None:
+        block({"type": "redacted_thinking", "data": redacted}, [])
+    if text:
+        block(
+            {"type": "text", "text": ""}, [{"type": "text_delta", "text": piece} for piece in text]
+        )
     for offset, (call_id, name, fragments) in enumerate(tools):
         i = index + offset
         events.append(

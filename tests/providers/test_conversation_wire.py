@@ -1,7 +1,7 @@
 """A three-turn conversation with tool calls, over SSE.
 
-Each turn asks the fake server twice (a tool call, then the answer); the test
-checks the exact messages each server received on turn 3: the two earlier
+Each turn asks the fake server twice (a tool call, then the answer); the tests
+check the exact messages each server received on turn 3: the two earlier
 turns, tool calls and results included, in the wire format of each API.
 """
 
@@ -15,10 +15,12 @@ import pytest
 
 import tether
 from tether import events as ev
+from tether.providers import Reasoning
 
 from ..helpers import assert_consistent, of
 from . import anthropic_wire as anth
 from . import openai_wire as oai
+from . import responses_wire as rsp
 from .fakes import Answer, fake_server, sse_answer, sse_body
 
 pytestmark = pytest.mark.anyio
@@ -155,4 +157,149 @@ async def test_three_turn_conversation_over_sse(kind: str, tmp_path: Path) -> No
     stored = await store.load("user-42")
     assert stored == list(results[-1].messages)
     assert len(stored) == 12
+    await store.aclose()
+
+
+# ------------------------------------------------- with reasoning turned on
+
+
+def thought(n: int) -> str:
+    return f"Turn {n}: call add with {TURNS[n][1]}."
+
+
+def anthropic_thinking_answers() -> list[Answer]:
+    """Each tool round thinks first (signed; turn 0 also has a redacted block)."""
+    answers = []
+    for n, (_, args, _, text) in enumerate(TURNS):
+        raw = json.dumps(args)
+        events = anth.stream_events(
+            text=(),
+            tools=((f"toolu_{n}", "add", (raw,)),),
+            stop="tool_use",
+            thinking=((thought(n)[:7], thought(n)[7:]), f"sig-{n}=="),
+            redacted="REDACTED-0" if n == 0 else None,
+        )
+        answers.append(sse_answer(sse_body(events)))
+        answers.append(sse_answer(sse_body(anth.stream_events(text=(text,)))))
+    return answers
+
+
+def anthropic_thinking_turn(n: int) -> list[dict[str, Any]]:
+    question, args, result, text = TURNS[n]
+    reasoning: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": thought(n), "signature": f"sig-{n}=="}
+    ]
+    if n == 0:
+        reasoning.append({"type": "redacted_thinking", "data": "REDACTED-0"})
+    return [
+        {"role": "user", "content": [{"type": "text", "text": question}]},
+        {
+            "role": "assistant",
+            "content": [
+                *reasoning,
+                {"type": "tool_use", "id": f"toolu_{n}", "name": "add", "input": args},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": result}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": text}]},
+    ]
+
+
+def responses_answers() -> list[Answer]:
+    """Each tool round starts with an encrypted reasoning item (with a summary)."""
+    answers = []
+    for n, (_, args, _, text) in enumerate(TURNS):
+        items = [
+            rsp.reasoning(f"rs_{n}", [thought(n)], f"ENC-{n}"),
+            rsp.function_call(f"call_{n}", "add", json.dumps(args)),
+        ]
+        answers.append(sse_answer(sse_body(rsp.stream_events(items))))
+        answers.append(sse_answer(sse_body(rsp.stream_events([rsp.message(text)]))))
+    return answers
+
+
+def responses_turn(n: int) -> list[dict[str, Any]]:
+    question, args, result, text = TURNS[n]
+    return [
+        {"role": "user", "content": question},
+        {
+            "type": "reasoning",
+            "id": f"rs_{n}",
+            "summary": [{"type": "summary_text", "text": thought(n)}],
+            "encrypted_content": f"ENC-{n}",
+        },
+        {
+            "type": "function_call",
+            "call_id": f"call_{n}",
+            "name": "add",
+            "arguments": json.dumps(args, separators=(",", ":")),
+        },
+        {"type": "function_call_output", "call_id": f"call_{n}", "output": result},
+        {"role": "assistant", "content": text},
+    ]
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai-responses"])
+async def test_three_turn_conversation_with_reasoning(kind: str, tmp_path: Path) -> None:
+    """With thinking on, turn 3 sends every earlier reasoning block back unchanged, signed."""
+    store = tether.SQLiteConversationStore(tmp_path / "chats.db")
+    if kind == "anthropic":
+        answers = anthropic_thinking_answers()
+        settings = tether.ModelSettings(thinking_budget=2048)
+    else:
+        answers = responses_answers()
+        settings = tether.ModelSettings(reasoning_effort="high")
+    async with fake_server(*answers) as server:
+        wire = anth if kind == "anthropic" else rsp
+        agent = tether.Agent(
+            name="calc",
+            instructions="Use the tools.",
+            provider=wire.provider(server.url),
+            tools=[add],
+            settings=settings,
+        )
+        results = []
+        live: list[ev.Event] = []
+        async with tether.Runtime(conversations=store) as rt:
+            for question, *_ in TURNS:
+                handle = rt.start(agent, question, conversation="user-42")
+                live.extend([e async for e in handle.events(deltas=True)])
+                results.append(await handle.result())
+    for n, result in enumerate(results):
+        assert_consistent(result)
+        assert result.termination is tether.Termination.ANSWERED
+        assert result.output == TURNS[n][3]
+    streamed = "".join(e.text for e in live if isinstance(e, ev.ReasoningDelta))
+    assert streamed == "".join(thought(n) for n in range(3))
+    assert len(server.requests) == 6
+    turn = anthropic_thinking_turn if kind == "anthropic" else responses_turn
+    first, second = (r.json() for r in server.requests[4:6])
+    earlier = [*turn(0), *turn(1)]
+    if kind == "anthropic":
+        assert first["messages"] == [*earlier, turn(2)[0]]
+        assert second["messages"] == [*earlier, *turn(2)[:3]]
+        for body in (first, second):
+            assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+            assert body["max_tokens"] == 4096 + 2048, "thinking comes on top of the answer's cap"
+            assert body["system"] == "Use the tools."
+    else:
+        assert first["input"] == [*earlier, turn(2)[0]]
+        assert second["input"] == [*earlier, *turn(2)[:4]]
+        for body in (first, second):
+            assert body["reasoning"] == {"effort": "high"}
+            assert body["include"] == ["reasoning.encrypted_content"]
+            assert body["store"] is False
+            assert body["instructions"] == "Use the tools."
+    # The store keeps the reasoning blocks: the next process would send them back too.
+    stored = await store.load("user-42")
+    assert stored == list(results[-1].messages)
+    kept = [b for m in stored for b in m.content if isinstance(b, Reasoning)]
+    assert [b.signature for b in kept if b.signature] == (
+        ["sig-0==", "REDACTED-0", "sig-1==", "sig-2=="]
+        if kind == "anthropic"
+        else ["ENC-0", "ENC-1", "ENC-2"]
+    )
     await store.aclose()

@@ -35,6 +35,7 @@ from tether.providers import (
 from ..helpers import AUTOJUMP, assert_consistent, kinds, of, until_event
 from . import anthropic_wire as anth
 from . import openai_wire as oai
+from . import responses_wire as rsp
 from . import wires
 from .fakes import (
     REQUEST,
@@ -51,6 +52,13 @@ pytestmark = pytest.mark.anyio
 
 FAST = Backoff(initial=0.01, cap=0.05, jitter=False)
 PAIRS = [("anthropic", "openai"), ("openai", "anthropic")]
+#: With the Responses API too, either way round.
+ALL_PAIRS = [
+    *PAIRS,
+    ("openai-responses", "anthropic"),
+    ("anthropic", "openai-responses"),
+    ("openai", "openai-responses"),
+]
 
 
 @tether.tool
@@ -72,12 +80,15 @@ def error(kind: str, status: int, retry_after: str | None = None) -> Answer:
         anth.error_body(name, "no luck")
         if kind == "anthropic"
         else oai.error_body("no luck", name if status != 400 else "invalid_request_error")
-    )
+    )  # the Responses API's error body is Chat Completions' shape
     headers = [("retry-after", retry_after)] if retry_after is not None else []
     return json_answer(body, status=status, headers=headers)
 
 
 def tool_round(kind: str, stream: bool) -> Answer:
+    if kind == "openai-responses":
+        call = rsp.function_call("call_1", "add", '{"a": 2, "b": 3}')
+        return rsp.reply(stream, text="Adding.", output=[call])
     if kind == "anthropic":
         if stream:
             events = anth.stream_events(
@@ -106,11 +117,11 @@ def tool_round(kind: str, stream: bool) -> Answer:
 
 
 def answer(kind: str, stream: bool) -> Answer:
-    return (anth if kind == "anthropic" else oai).reply(stream, text=("The sum ", "is 5."))
+    return wires.WIRES[kind].reply(stream, text=("The sum ", "is 5."))
 
 
 def model_of(kind: str) -> str:
-    return anth.MODEL if kind == "anthropic" else oai.MODEL
+    return str(wires.WIRES[kind].MODEL)
 
 
 def agent_on(provider: Any, **limits: Any) -> tether.Agent:
@@ -136,7 +147,7 @@ async def run(agent: tether.Agent, **runtime: Any) -> tether.RunResult:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-@pytest.mark.parametrize(("first", "second"), PAIRS)
+@pytest.mark.parametrize(("first", "second"), ALL_PAIRS)
 async def test_a_rate_limited_primary_falls_over_and_the_run_answers(
     first: str, second: str, stream: bool
 ) -> None:
@@ -172,7 +183,7 @@ async def test_a_rate_limited_primary_falls_over_and_the_run_answers(
 
     # The same request went on: the tool's result is in the secondary's body.
     body = two.requests[0].json()
-    assert "5" in repr(body["messages"][-1])
+    assert "5" in repr(body["input" if second == "openai-responses" else "messages"][-1])
 
     # Both providers' charges, each at its own price.
     calls = of(result.events, ev.ModelCallFinished)
@@ -188,7 +199,7 @@ async def test_a_rate_limited_primary_falls_over_and_the_run_answers(
 
 
 @pytest.mark.parametrize("status", [400, 401])
-@pytest.mark.parametrize(("first", "second"), PAIRS)
+@pytest.mark.parametrize(("first", "second"), ALL_PAIRS)
 async def test_a_fatal_request_error_is_not_passed_on(first: str, second: str, status: int) -> None:
     """A 400 (or 401) ends the run provider_failed; the secondary is never asked."""
     async with fake_server(error(first, status)) as one, fake_server(answer(second, True)) as two:
@@ -201,7 +212,7 @@ async def test_a_fatal_request_error_is_not_passed_on(first: str, second: str, s
     assert (result.error or "").startswith(expected)
 
 
-@pytest.mark.parametrize(("first", "second"), PAIRS)
+@pytest.mark.parametrize(("first", "second"), ALL_PAIRS)
 async def test_every_provider_failing_ends_provider_failed_naming_each(
     first: str, second: str
 ) -> None:

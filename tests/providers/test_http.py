@@ -23,6 +23,7 @@ from tether.providers import (
     ModelResponse,
     NotFound,
     OpenAIProvider,
+    OpenAIResponsesProvider,
     Overloaded,
     PermissionDenied,
     ProviderError,
@@ -311,6 +312,53 @@ OPENAI_EVENTS: list[tuple[str | None, Any]] = [
 ]
 
 
+_RESPONSES_CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "f",
+    "arguments": '{"k": "é\\"€"}',
+}
+RESPONSES_EVENTS: list[tuple[str | None, Any]] = [
+    (
+        "response.output_item.added",
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**_RESPONSES_CALL, "arguments": ""},
+        },
+    ),
+    ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "é\U0001f600"}),
+    ("response.output_text.delta", {"type": "response.output_text.delta", "delta": '"\\\n'}),
+    (
+        "response.function_call_arguments.delta",
+        {
+            "type": "response.function_call_arguments.delta",
+            "output_index": 1,
+            "delta": _RESPONSES_CALL["arguments"],
+        },
+    ),
+    (
+        "response.completed",
+        {
+            "type": "response.completed",
+            "response": {
+                "status": "completed",
+                "output": [
+                    {
+                        "type": "message",
+                        "id": "msg_1",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": 'é\U0001f600"\\\n'}],
+                    },
+                    _RESPONSES_CALL,
+                ],
+            },
+        },
+    ),
+]
+
+
 def _check(response: ModelResponse) -> None:
     assert response.text == 'é\U0001f600"\\\n'
     assert response.tool_calls[0].input == {"k": 'é"€'}
@@ -321,8 +369,12 @@ def _check(response: ModelResponse) -> None:
     [
         (AnthropicProvider("m", api_key=SECRET, base_url="http://fake"), ANTHROPIC_EVENTS),
         (OpenAIProvider("m", api_key=SECRET, base_url="http://fake/v1"), OPENAI_EVENTS),
+        (
+            OpenAIResponsesProvider("m", api_key=SECRET, base_url="http://fake/v1"),
+            RESPONSES_EVENTS,
+        ),
     ],
-    ids=["anthropic", "openai"],
+    ids=["anthropic", "openai", "openai-responses"],
 )
 @pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
 async def test_every_split_point(provider: Any, events: Any, crlf: bool) -> None:

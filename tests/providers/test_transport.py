@@ -29,6 +29,7 @@ from tether.providers import (
     ModelResponse,
     NotFound,
     OpenAIProvider,
+    OpenAIResponsesProvider,
     Overloaded,
     PermissionDenied,
     Provider,
@@ -43,7 +44,7 @@ from tether.providers import (
 )
 
 from ..helpers import AUTOJUMP, cancel_once_blocked
-from . import anthropic_wire, openai_wire
+from . import anthropic_wire, openai_wire, responses_wire
 from .fakes import (
     REQUEST,
     SECRET,
@@ -109,9 +110,30 @@ OPENAI = Wire(
 )
 
 
-@pytest.fixture(params=[ANTHROPIC, OPENAI], ids=lambda w: w.name)
+RESPONSES = Wire(
+    name="openai-responses",
+    provider=responses_wire.provider,
+    construct=lambda url: OpenAIResponsesProvider(responses_wire.MODEL, api_key="k", base_url=url),
+    reply=responses_wire.reply,
+    stream_body=lambda crlf=False: sse_body(
+        responses_wire.stream_events(
+            [responses_wire.message("Hello, world")],
+            text_pieces=("Hello", ", world"),
+            in_progress=False,
+        ),
+        crlf=crlf,
+    ),
+    json_body=lambda: json.dumps(
+        responses_wire.response_json([responses_wire.message("Hello, world")])
+    ).encode(),
+    error_body=lambda kind, message: responses_wire.error_body(message, kind),
+    malformed=responses_wire.malformed,
+)
+
+
+@pytest.fixture(params=[ANTHROPIC, OPENAI, RESPONSES], ids=lambda w: w.name)
 def wire(request: pytest.FixtureRequest) -> Wire:
-    """Each transport test runs against both HTTP providers."""
+    """Each transport test runs against every HTTP provider."""
     return request.param  # type: ignore[no-any-return]
 
 

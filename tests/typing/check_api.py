@@ -101,6 +101,9 @@ async def use(agent: tether.Agent) -> None:
             elif isinstance(live, events.ToolCallDelta):
                 arguments: str = live.arguments_delta
                 del arguments
+            elif isinstance(live, events.ReasoningDelta):
+                thought: str = live.text
+                del thought
         chunks: list[str] = [chunk async for chunk in text]
         handle.cancel("done")
         handle.stop()
@@ -110,6 +113,11 @@ async def use(agent: tether.Agent) -> None:
             tether.dump_messages(looked.messages)
         )
         del ok, cost, line, transcript, chunks
+        for block in looked.messages[-1].content:
+            if isinstance(block, tether.Reasoning):
+                signature: str | None = block.signature
+                redacted: bool = block.redacted
+                del signature, redacted
         history: tuple[tether.Message, ...] = result.messages
         await rt.run(agent, "and then?", history=history)
         await rt.run(agent, "and then?", history=[tether.Message.user("hi")])
@@ -150,6 +158,8 @@ def deps_policy(
 
 async def use_deps(provider: tether.providers.Provider) -> None:
     settings = tether.ModelSettings(temperature=0.2, stop_sequences=["END"], tool_choice="auto")
+    thinking = tether.ModelSettings(reasoning_effort="high", thinking_budget=2048)
+    del thinking
     agent: tether.Agent[Db] = tether.Agent(
         name="db",
         provider=provider,

@@ -1056,7 +1056,7 @@ class RayEventStream:
         seen = self._handle._seen
         for data in items:
             event = ev.load(data)
-            if not isinstance(event, ev.TextDelta | ev.ToolCallDelta):
+            if not isinstance(event, ev.DELTA_TYPES):
                 seq = event.seq
                 if isinstance(event, ev.RunResumed):
                     self._seam = seq
