@@ -2,8 +2,9 @@
 
 :class:`OutputSchema` is made once per agent from a resolved type hint: the
 kinds ``@tool`` can describe (attrs classes, dataclasses, ``TypedDict``,
-``list[...]``, ``Literal``, enums, unions of these, and the scalars). A
-record (attrs class, dataclass, TypedDict) is the JSON object itself; any
+Pydantic models and what Pydantic's ``TypeAdapter`` reads, ``list[...]``,
+``Literal``, enums, unions of these, and the scalars). A record (attrs class,
+dataclass, TypedDict, Pydantic model) is the JSON object itself; any
 other type is *wrapped*: the object is ``{"result": <the value>}``, because
 a tool's input, and OpenAI's ``json_schema`` response format, must be an
 object at the root. The checks are the strict ones tool arguments get
@@ -18,7 +19,15 @@ from typing import Any
 
 import attrs
 
-from tether.actors._schema import _display, _is_record, _json_converter, _json_kind, _schema
+from tether.actors._pydantic_kinds import pydantic_object, uses_pydantic
+from tether.actors._schema import (
+    _display,
+    _is_record,
+    _json_converter,
+    _json_kind,
+    _load_pydantic,
+    _schema,
+)
 from tether.actors._tool_errors import ToolArgumentsInvalid
 from tether.actors._validate import _converter, _Param, _Params, _problems, _short
 from tether.providers import MAX_TOOL_ARGUMENT_DEPTH, text_too_deep
@@ -29,8 +38,8 @@ OUTPUT_TOOL = "final_result"
 WRAP_KEY = "result"
 
 _KINDS = (
-    "an attrs class, a dataclass, a TypedDict, list[...], a Literal, an Enum, "
-    "a scalar (int, float, bool), or a union of these"
+    "an attrs class, a dataclass, a TypedDict, a Pydantic model, list[...], a Literal, "
+    "an Enum, a scalar (int, float, bool), or a union of these"
 )
 
 
@@ -45,19 +54,24 @@ class OutputSchema:
     #: The JSON Schema of the wire object (treat it as read-only).
     schema: Mapping[str, Any]
     _params: _Params | None = None
+    #: Pydantic checks and dumps the type as a whole (:mod:`._pydantic`).
+    _pydantic: bool = False
 
     @classmethod
     def of(cls, output_type: Any) -> OutputSchema:
         """The schema of ``output_type``; a :class:`TypeError` names what cannot be described."""
+        pydantic = uses_pydantic(output_type)
         try:
             inner = _schema(output_type, ())
         except TypeError as exc:
+            # Pydantic's own problems (or its absence) say what to do; the rest get the list.
+            advice = "" if pydantic else f"; use {_KINDS}"
             raise TypeError(
-                f"output_type {_display(output_type)} cannot be described to a model ({exc}); "
-                f"use {_KINDS}"
+                f"output_type {_display(output_type)} cannot be described to a model ({exc})"
+                f"{advice}"
             ) from None
-        if _is_record(output_type):
-            return cls(type=output_type, wrapped=False, schema=inner)
+        if _is_record(output_type) or pydantic_object(output_type):
+            return cls(type=output_type, wrapped=False, schema=inner, pydantic=pydantic)
         schema = {
             "type": "object",
             "properties": {WRAP_KEY: inner},
@@ -65,7 +79,7 @@ class OutputSchema:
             "additionalProperties": False,
         }
         params = _Params((_Param(WRAP_KEY, output_type, True),))
-        return cls(type=output_type, wrapped=True, schema=schema, params=params)
+        return cls(type=output_type, wrapped=True, schema=schema, params=params, pydantic=pydantic)
 
     def validate(self, data: Any) -> Any:
         """The typed value of the wire object ``data``; raises :class:`ToolArgumentsInvalid`
@@ -80,7 +94,9 @@ class OutputSchema:
         try:
             return _converter.structure(data, self.type)
         except Exception as exc:
-            problems = [p.removeprefix("$.") for p in _problems(exc, "$")]
+            # "$.days: ..." at a field; a problem of the whole object (a model validator's)
+            # has no path to show.
+            problems = [p.removeprefix("$.").removeprefix("$: ") for p in _problems(exc, "$")]
             raise ToolArgumentsInvalid(f"invalid {OUTPUT_TOOL}: " + "; ".join(problems)) from None
 
     def parse(self, text: str) -> Any:
@@ -105,6 +121,8 @@ class OutputSchema:
 
     def dump(self, value: Any) -> Any:
         """``value`` as plain JSON data (not wrapped); :meth:`load` reads it back."""
+        if self._pydantic:
+            return _load_pydantic(self.type).dump(value, self.type)
         return _json_converter.unstructure(value)
 
     def load(self, data: Any) -> Any:

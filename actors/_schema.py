@@ -28,6 +28,8 @@ import attrs
 import cattrs
 import typing_extensions
 
+from tether.actors._pydantic_kinds import pydantic_version, uses_pydantic
+
 __all__ = ["json_schema"]
 
 _NoneType = type(None)
@@ -80,6 +82,23 @@ def _is_typeddict(tp: Any) -> bool:
 def _is_record(tp: Any) -> bool:
     """An attrs class, a dataclass or a TypedDict: a JSON object with named fields."""
     return _is_attrs(tp) or _is_dataclass(tp) or _is_typeddict(tp)
+
+
+# Pydantic's types: see ._pydantic_kinds (recognising them) and ._pydantic (reading them).
+
+PYDANTIC_EXTRA = "install tether's pydantic extra (Pydantic 2): pip install 'tether[pydantic]'"
+
+
+def _load_pydantic(tp: Any) -> Any:
+    """The :mod:`._pydantic` module; a :class:`TypeError` naming the extra without it."""
+    try:
+        import tether.actors._pydantic as support
+    except ImportError as exc:
+        raise TypeError(
+            f"{_display(tp)} is a Pydantic type, and tether reads those with Pydantic 2: "
+            f"{PYDANTIC_EXTRA} ({exc})"
+        ) from None
+    return support
 
 
 def _record_keys(tp: Any) -> list[str]:
@@ -168,13 +187,27 @@ def _make_json_converter() -> cattrs.Converter:
     converter = cattrs.Converter(use_alias=True)
     # Sets become (sorted when possible) lists, dates ISO strings, and a
     # str-valued Enum its value (cattrs would hand back the member).
-    converter.register_unstructure_hook_func(
-        lambda t: isinstance(t, type) and issubclass(t, set | frozenset), _unstructure_set
-    )
+    # By the field's declared type too (``set[str]``, not only ``set``): an attrs
+    # instance's fields are unstructured as declared.
+    converter.register_unstructure_hook_func(_is_set_type, _unstructure_set)
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(datetime.date, _isoformat)
     converter.register_unstructure_hook(datetime.time, _isoformat)
+    # Pydantic models and dataclasses: Pydantic's own JSON form (by alias, as
+    # their schemas show them and their checks read them back).
+    converter.register_unstructure_hook_func(
+        lambda t: pydantic_version(t) > 0, _unstructure_pydantic
+    )
     return converter
+
+
+def _unstructure_pydantic(value: Any) -> Any:
+    return _load_pydantic(type(value)).dump(value, type(value))
+
+
+def _is_set_type(tp: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    return isinstance(origin, type) and issubclass(origin, set | frozenset)
 
 
 def _unstructure_set(value: Any) -> list[Any]:
@@ -210,7 +243,10 @@ def json_schema(annotation: Any) -> dict[str, Any]:
     ``Optional`` included (``anyOf``); ``Literal`` and ``Enum`` subclasses
     (``enum``, with the JSON type); attrs classes, dataclasses and
     ``TypedDict`` classes (nested objects with ``additionalProperties:
-    false``); ``Annotated[X, "description"]``.
+    false``); ``Annotated[X, "description"]``. With the ``pydantic`` extra,
+    Pydantic models and whatever Pydantic's ``TypeAdapter`` reads
+    (``Annotated[int, Field(gt=0)]``, ...): their schemas are Pydantic's
+    (:mod:`._pydantic`).
 
     Raises :class:`TypeError` naming the type for anything else.
     """
@@ -232,6 +268,14 @@ def _schema(tp: Any, enclosing: tuple[type, ...]) -> dict[str, Any]:
     if tp is str:
         return {"type": "string"}
     origin = typing.get_origin(tp)
+    if uses_pydantic(tp):
+        schema: dict[str, Any] = _load_pydantic(tp).json_schema(tp)
+        if origin is typing.Annotated and "description" not in schema:
+            # Pydantic reads Field(description=...), not a plain string beside it.
+            notes = [m for m in typing.get_args(tp)[1:] if isinstance(m, str)]
+            if notes:
+                schema["description"] = notes[0]
+        return schema
     if origin is typing.Annotated:
         base, *metadata = typing.get_args(tp)
         schema = _schema(base, enclosing)

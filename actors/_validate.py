@@ -33,6 +33,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn
 
+from tether.actors._pydantic_kinds import PydanticProblems, uses_pydantic
 from tether.actors._schema import (
     _array_parts,
     _display,
@@ -45,6 +46,7 @@ from tether.actors._schema import (
     _is_union,
     _json_kind,
     _literal_value,
+    _load_pydantic,
     _mapping_value,
     _NoneType,
     _record_keys,
@@ -260,9 +262,19 @@ def _make_converter() -> cattrs.Converter:
         lambda t: _is_attrs(t) or _is_dataclass(t), attrs_hook
     )
     converter.register_structure_hook_factory(_is_typeddict, typeddict_hook)
-
-    # Results: sets become (sorted when possible) lists, dates ISO strings,
+    # Registered last, so consulted first: a type that involves Pydantic is
+    # Pydantic's to check as a whole (its Annotated constraints included).
+    converter.register_structure_hook_factory(uses_pydantic, _pydantic_hook)
     return converter
+
+
+def _pydantic_hook(tp: Any) -> Callable[[Any, Any], Any]:
+    validate = _load_pydantic(tp).validate
+
+    def structure_pydantic(obj: Any, _: Any) -> Any:
+        return validate(tp, obj)
+
+    return structure_pydantic
 
 
 _converter = _make_converter()
@@ -273,7 +285,19 @@ _converter = _make_converter()
 _MARK = "\x00 @ "
 
 
+# Pydantic's problems, each with its path below the value's: "\x1e" ends a
+# path, "\x1f" separates two problems (neither occurs in a cleaned message).
+_SUBPATH, _NEXT = "\x1e", "\x1f"
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "\\x00").replace(_SUBPATH, " ").replace(_NEXT, " ")
+
+
 def _format_problem(exc: BaseException, tp: Any) -> str:
+    if isinstance(exc, PydanticProblems):
+        entries = (f"{_clean(path)}{_SUBPATH}{_clean(text)}" for path, text in exc.problems)
+        return _NEXT.join(entries) + "\x00"
     if isinstance(exc, _Mismatch):
         text = str(exc)
     elif isinstance(exc, KeyError):
@@ -295,7 +319,12 @@ def _problems(exc: BaseException, root: str) -> list[str]:
     result = []
     for line in lines:
         problem, _, path = line.partition(_MARK)
-        result.append(f"{path}: {problem}")
+        if _SUBPATH not in problem:
+            result.append(f"{path}: {problem}")
+            continue
+        for entry in problem.split(_NEXT):
+            below, _, text = entry.partition(_SUBPATH)
+            result.append(f"{path}{below}: {text}")
     return result
 
 
@@ -326,6 +355,8 @@ def _fast_type(annotation: Any) -> Any:
     messages stay the converter's. For ``Any`` it is :data:`_ANY`.
     """
     if typing.get_origin(annotation) is typing.Annotated:
+        if uses_pydantic(annotation):
+            return None  # Pydantic's constraints: the converter hands it to Pydantic
         annotation = typing.get_args(annotation)[0]
     if annotation is Any:
         return _ANY

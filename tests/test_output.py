@@ -112,6 +112,24 @@ def test_output_type_schemas_are_the_tool_schemas() -> None:
     assert typed.tool.terminal
 
 
+@attrs.frozen
+class Tagged:
+    tags: set[str]
+    seen: frozenset[int]
+
+
+async def test_a_set_field_of_a_typed_output_dumps_as_a_list() -> None:
+    """A record's set fields are JSON arrays in the candidate's text and the dump (the run
+    crashed on json.dumps of a set before: fields are unstructured by their declared type)."""
+    agent = typed_agent(Tagged, [final({"tags": ["b", "a"], "seen": [2, 1]})])
+    result = await run(agent)
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == Tagged(tags={"a", "b"}, seen=frozenset({1, 2}))
+    text = of(result.events, ev.RunFinished)[0].output or ""
+    assert json.loads(text) == {"tags": ["a", "b"], "seen": [1, 2]}
+    assert tether.RunResult.load(result.dump(), Tagged).output == result.output
+
+
 async def test_str_output_is_unchanged() -> None:
     """The default str output type adds no tool, and the answer is the text."""
     agent = typed_agent(str, [Reply(text="plain")])

@@ -208,5 +208,7 @@ def test_example_runs(
         return real_run(func, *args, backend=this_backend, **kwargs)
 
     monkeypatch.setattr(anyio, "run", run_here)
-    code = compile(block.code, block.where, "exec")
+    # dont_inherit: the block runs as written, without this file's `from __future__` import
+    # (postponed annotations would change what a Pydantic model resolves, and where).
+    code = compile(block.code, block.where, "exec", dont_inherit=True)
     exec(code, {"__name__": "docs_example"})

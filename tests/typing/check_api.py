@@ -6,9 +6,10 @@ Not collected by pytest (no ``test_`` prefix); it is only type-checked.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, assert_type
+from typing import Annotated, Any, Literal, assert_type
 
 import attrs
+import pydantic
 
 import tether
 from tether import events
@@ -266,3 +267,46 @@ def conforming(store: tether.RunStore) -> list[tether.RuntimeLike]:
     ]
     del handles
     return [plain, ray]
+
+
+# ------------------------------------- Pydantic types (docs/guides/typed-output.md)
+
+
+class PTrip(pydantic.BaseModel):
+    city: str
+    days: Annotated[int, pydantic.Field(gt=0)]
+
+
+class PUser(pydantic.BaseModel):
+    name: str
+
+
+@tether.tool
+async def plan(ctx: tether.RunContext[PUser], trip: PTrip) -> PTrip:
+    """Plan a trip for the run's user."""
+    return trip.model_copy(update={"city": ctx.deps.name})
+
+
+async def pydantic_types(provider: tether.providers.Provider) -> None:
+    agent: tether.Agent[PUser, PTrip] = tether.Agent(
+        name="planner", provider=provider, tools=[plan], output_type=PTrip
+    )
+    assert_type(
+        tether.Agent(name="p", provider=provider, output_type=PTrip), tether.Agent[Any, PTrip]
+    )
+    many = tether.Agent(name="m", provider=provider, output_type=list[PTrip])
+    # A tool whose deps are not the agent's is a type error, Pydantic deps as any.
+    wrong: tether.Agent[Db, PTrip] = tether.Agent(
+        name="w",
+        provider=provider,
+        tools=[plan],  # type: ignore[list-item]
+        output_type=PTrip,
+    )
+    async with tether.Runtime() as rt:
+        result = await rt.run(agent, "q", deps=PUser(name="Ada"))
+        assert_type(result, tether.RunResult[PTrip])
+        assert_type(result.output, PTrip | None)
+        assert_type((await rt.run(many, "q")).output, list[PTrip] | None)
+        rt.start(agent, "q", deps=Db("sqlite://"))  # type: ignore[misc]
+    assert_type(tether.RunResult.load({}, PTrip).output, PTrip | None)
+    del wrong
