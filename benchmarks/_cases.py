@@ -45,7 +45,7 @@ class Job:
     repeats: int = 1
     timeout_s: float = 60.0
     reader_delay_s: float = 0.001  # B6: the slow reader's sleep per event
-    wire: str = "anthropic"  # B7: "anthropic" or "openai"
+    wire: str = "anthropic"  # B7: "anthropic", "openai" or "gemini"
 
 
 class Outcome:

@@ -422,7 +422,7 @@ def bench_b6(plan: Plan, backend: str, run: Runner) -> list[Row]:
 def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
     """Each HTTP provider against bare httpx + httpx-sse, on the same local SSE server."""
     rows: list[Row] = []
-    for wire in ("anthropic", "openai"):
+    for wire in ("anthropic", "openai", "gemini"):
         job = Job(
             "B7",
             "tether",
@@ -437,7 +437,11 @@ def bench_b7(plan: Plan, backend: str, run: Runner) -> list[Row]:
         t, b = run(job, False), run(_bare(job), False)
         tr, br = _num(t.get("rounds_per_s")), _num(b.get("rounds_per_s"))
         verified, problems = _verified(t, b)
-        name = "AnthropicProvider" if wire == "anthropic" else "OpenAIProvider"
+        name = {
+            "anthropic": "AnthropicProvider",
+            "openai": "OpenAIProvider",
+            "gemini": "GeminiProvider",
+        }[wire]
         rows.append(
             Row(
                 "B7",

@@ -13,9 +13,9 @@ the model asks for ``add(a=k+1, b=k+1)``, then it answers
 segment (``/r3/v1/messages``: the providers' ``base_url`` carries it), so one
 server serves every job. The path picks the wire:
 ``/v1/messages`` is the Anthropic Messages API, ``/v1/chat/completions`` is
-OpenAI Chat Completions; both stream (``text/event-stream``) with a
-``Content-Length``, and the connection is kept alive. The answers are encoded
-once per (wire, round, rounds) and reused.
+OpenAI Chat Completions, ``:streamGenerateContent?alt=sse`` is Gemini; all
+stream (``text/event-stream``) with a ``Content-Length``, and the connection
+is kept alive. The answers are encoded once per (wire, round, rounds) and reused.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from typing import Any
 FINAL_TEXT = "all sums done"  # the workload's (kept here: this module imports nothing of tether)
 MODEL = "bench-model"
 #: How each wire marks one tool result in a request body (compact JSON, as both sides send).
-TOOL_RESULT = {"anthropic": b'"type":"tool_result"', "openai": b'"role":"tool"'}
+TOOL_RESULT = {
+    "anthropic": b'"type":"tool_result"',
+    "openai": b'"role":"tool"',
+    "gemini": b'"functionResponse"',
+}
 
 
 def _sse(events: list[tuple[str | None, Any]]) -> bytes:
@@ -124,6 +128,27 @@ def openai_body(call: int | None) -> bytes:
     return _sse([(None, c) for c in chunks] + [(None, usage), (None, "[DONE]")])
 
 
+def gemini_body(call: int | None) -> bytes:
+    """A streamed Gemini answer: ``add(call, call)``, or the final text (``None``)."""
+    usage = {"promptTokenCount": 20, "candidatesTokenCount": 8, "totalTokenCount": 28}
+    if call is None:
+        part: dict[str, Any] = {"text": FINAL_TEXT}
+    else:
+        part = {
+            "functionCall": {"id": f"call_{call}", "name": "add", "args": {"a": call, "b": call}}
+        }
+    first = {"candidates": [{"content": {"role": "model", "parts": [part]}, "index": 0}]}
+    last = {
+        "candidates": [
+            {"content": {"role": "model", "parts": []}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": usage,
+        "modelVersion": MODEL,
+    }
+    return _sse([(None, first), (None, last)])
+
+
+_BODIES = {"anthropic": anthropic_body, "openai": openai_body, "gemini": gemini_body}
 _ANSWERS: dict[tuple[str, int, int], bytes] = {}
 
 
@@ -134,7 +159,7 @@ def answer(wire: str, body: bytes, rounds: int) -> bytes:
     cached = _ANSWERS.get(key)
     if cached is None:
         call = done + 1 if done < rounds - 1 else None
-        payload = anthropic_body(call) if wire == "anthropic" else openai_body(call)
+        payload = _BODIES[wire](call)
         cached = (
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
             + f"content-length: {len(payload)}\r\n\r\n".encode()
@@ -172,7 +197,12 @@ class _Connection(asyncio.Protocol):
             body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
             path = head.split(" ", 2)[1]
-            wire = "anthropic" if path.endswith("/messages") else "openai"
+            if path.endswith("/messages"):
+                wire = "anthropic"
+            elif path.endswith(":streamGenerateContent?alt=sse"):
+                wire = "gemini"
+            else:
+                wire = "openai"
             prefix = path.split("/", 2)[1]
             rounds = int(prefix[1:]) if prefix[:1] == "r" and prefix[1:].isdigit() else 3
             assert self.transport is not None

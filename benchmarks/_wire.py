@@ -4,7 +4,7 @@ Both sides run the benchmark workload (``R`` rounds: ``R - 1`` calls of
 ``add``, then the text) with ``n`` runs at once, against the same local SSE
 server (:mod:`benchmarks._sse_server`, a process of its own on 127.0.0.1):
 
-- **tether**: ``AnthropicProvider`` / ``OpenAIProvider`` (streaming) in a
+- **tether**: ``AnthropicProvider`` / ``OpenAIProvider`` / ``GeminiProvider`` (streaming) in a
   Runtime, every run verified as in B2.
 - **bare httpx**: one coroutine per run that POSTs the same JSON body tether
   would (the whole transcript, the tool's schema), parses the answer with
@@ -30,13 +30,14 @@ import httpx
 from httpx_sse import EventSource
 
 import tether
-from tether.providers import AnthropicProvider, OpenAIProvider
+from tether.providers import AnthropicProvider, GeminiProvider, OpenAIProvider
+from tether.providers._gemini_schema import gemini_schema
 from tether.providers._pool import DEFAULT_LIMITS, DEFAULT_TIMEOUT
 
 from . import _workload as w
 from ._cases import WARMUP_RUNS, Job, Outcome, Result, _runtime, _tether_batch
 
-WIRES = ("anthropic", "openai")
+WIRES = ("anthropic", "openai", "gemini")
 KEY = "bench-key"
 _SEPARATORS = (",", ":")
 
@@ -70,13 +71,17 @@ def sse_server() -> Iterator[int]:
 def base_url(wire: str, port: int, rounds: int) -> str:
     """The provider's ``base_url``; its first path segment tells the server ``R``."""
     root = f"http://127.0.0.1:{port}/r{rounds}"
-    return root if wire == "anthropic" else f"{root}/v1"
+    return f"{root}/v1" if wire == "openai" else root
 
 
-def provider(wire: str, port: int, rounds: int) -> AnthropicProvider | OpenAIProvider:
+def provider(
+    wire: str, port: int, rounds: int
+) -> AnthropicProvider | OpenAIProvider | GeminiProvider:
     url = base_url(wire, port, rounds)
     if wire == "anthropic":
         return AnthropicProvider("bench-model", api_key=KEY, base_url=url)
+    if wire == "gemini":
+        return GeminiProvider("bench-model", api_key=KEY, base_url=url)
     return OpenAIProvider("bench-model", api_key=KEY, base_url=url)
 
 
@@ -112,6 +117,10 @@ async def wire_tether(job: Job) -> Result:
 
 def _tools(wire: str) -> list[dict[str, Any]]:
     spec = w.ADD_TOOL
+    if wire == "gemini":
+        parameters = gemini_schema(spec.input_schema)
+        declaration = {"name": spec.name, "description": spec.description, "parameters": parameters}
+        return [{"functionDeclarations": [declaration]}]
     if wire == "anthropic":
         return [
             {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
@@ -166,6 +175,21 @@ def _openai_chunk(turn: _Turn, data: dict[str, Any]) -> None:
             turn.arguments += call["function"].get("arguments", "")
 
 
+def _gemini_chunk(turn: _Turn, data: dict[str, Any]) -> None:
+    """Fold one Gemini chunk into ``turn``."""
+    for candidate in data.get("candidates") or ():
+        for part in candidate.get("content", {}).get("parts") or ():
+            if "text" in part:
+                turn.text += part["text"]
+            elif "functionCall" in part:
+                call = part["functionCall"]
+                turn.call_id = call.get("id") or "call"
+                turn.arguments = json.dumps(call["args"])
+
+
+_FOLDS = {"anthropic": _anthropic_event, "openai": _openai_chunk, "gemini": _gemini_chunk}
+
+
 class _BareClient:
     """The same requests as the provider's, made with bare httpx and httpx-sse."""
 
@@ -174,8 +198,18 @@ class _BareClient:
         self.wire = wire
         self.rounds = rounds
         root = base_url(wire, port, rounds)
-        self.url = f"{root}/v1/messages" if wire == "anthropic" else f"{root}/chat/completions"
-        if wire == "anthropic":
+        self.url = {
+            "anthropic": f"{root}/v1/messages",
+            "openai": f"{root}/chat/completions",
+            "gemini": f"{root}/v1beta/models/bench-model:streamGenerateContent?alt=sse",
+        }[wire]
+        if wire == "gemini":
+            self.headers = {
+                "x-goog-api-key": KEY,
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+            }
+        elif wire == "anthropic":
             self.headers = {
                 "x-api-key": KEY,
                 "anthropic-version": "2023-06-01",
@@ -191,8 +225,14 @@ class _BareClient:
         self.tools = _tools(wire)
 
     def body(self, messages: list[dict[str, Any]]) -> bytes:
-        if self.wire == "anthropic":
+        if self.wire == "gemini":
             payload: dict[str, Any] = {
+                "contents": messages,
+                "tools": self.tools,
+                "generationConfig": {"maxOutputTokens": 4096},
+            }
+        elif self.wire == "anthropic":
+            payload = {
                 "model": "bench-model",
                 "max_tokens": 4096,
                 "messages": messages,
@@ -212,7 +252,7 @@ class _BareClient:
 
     async def turn(self, messages: list[dict[str, Any]]) -> _Turn:
         turn = _Turn()
-        fold = _anthropic_event if self.wire == "anthropic" else _openai_chunk
+        fold = _FOLDS[self.wire]
         async with self.client.stream(
             "POST", self.url, content=self.body(messages), headers=self.headers
         ) as response:
@@ -225,10 +265,10 @@ class _BareClient:
 
     async def run(self) -> str | None:
         """One run of the workload; a problem, or ``None`` when verified."""
-        if self.wire == "anthropic":
-            messages: list[dict[str, Any]] = [
-                {"role": "user", "content": [{"type": "text", "text": w.QUESTION}]}
-            ]
+        if self.wire == "gemini":
+            messages: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": w.QUESTION}]}]
+        elif self.wire == "anthropic":
+            messages = [{"role": "user", "content": [{"type": "text", "text": w.QUESTION}]}]
         else:
             messages = [{"role": "user", "content": w.QUESTION}]
         executions = 0
@@ -251,6 +291,12 @@ class _BareClient:
     def append(
         self, messages: list[dict[str, Any]], turn: _Turn, args: dict[str, Any], result: str
     ) -> None:
+        if self.wire == "gemini":
+            call = {"name": "add", "args": args, "id": turn.call_id}
+            messages.append({"role": "model", "parts": [{"functionCall": call}]})
+            response = {"name": "add", "response": {"output": result}, "id": turn.call_id}
+            messages.append({"role": "user", "parts": [{"functionResponse": response}]})
+            return
         if self.wire == "anthropic":
             use = {"type": "tool_use", "id": turn.call_id, "name": "add", "input": args}
             messages.append({"role": "assistant", "content": [use]})

@@ -510,3 +510,31 @@ async def test_a_responses_run_names_the_vendor_and_its_reasoning_tokens(
     assert attrs_of(chat)["gen_ai.usage.output_tokens"] == 12
     assert attrs_of(chat)["gen_ai.usage.cache_read.input_tokens"] == 10
     assert attrs_of(chat)["gen_ai.response.finish_reasons"] == ("completed",)
+
+
+async def test_a_gemini_run_has_the_semantic_conventions_names(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """GeminiProvider against its fake server: gen_ai.provider.name is gcp.gemini, thinking
+    tokens are output tokens, the cached prompt part shows, the finish reason is Gemini's."""
+    from .providers import gemini_wire as gem
+    from .providers.fakes import fake_server
+
+    async with fake_server(gem.reply(True)) as server:
+        agent = tether.Agent(name="g", provider=gem.provider(server.url))
+        async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+            result = await rt.run(agent, "hi")
+    assert result.termination is tether.Termination.ANSWERED
+    spans = exporter.get_finished_spans()
+    (run,) = by_name(spans, "invoke_agent")
+    (chat,) = by_name(spans, "chat")
+    assert attrs_of(run)["gen_ai.provider.name"] == "gcp.gemini"
+    assert attrs_of(run)["tether.provider"] == "gemini"
+    attributes = attrs_of(chat)
+    assert attributes["tether.usage.reasoning_tokens"] == 5
+    assert chat.name == f"chat {gem.MODEL}"
+    assert attributes["gen_ai.provider.name"] == attributes["gen_ai.system"] == "gcp.gemini"
+    assert attributes["gen_ai.usage.input_tokens"] == 30
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 10
+    assert attributes["gen_ai.usage.output_tokens"] == 17
+    assert attributes["gen_ai.response.finish_reasons"] == ("STOP",)

@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether.providers import AnthropicProvider, OpenAIProvider
+from tether.providers import AnthropicProvider, GeminiProvider, OpenAIProvider
 
 
-@pytest.mark.parametrize("cls", [AnthropicProvider, OpenAIProvider])
+@pytest.mark.parametrize("cls", [AnthropicProvider, OpenAIProvider, GeminiProvider])
 def test_a_pickled_provider_carries_no_key_and_reads_its_own_environment(
-    cls: type[AnthropicProvider] | type[OpenAIProvider], monkeypatch: pytest.MonkeyPatch
+    cls: type[AnthropicProvider] | type[OpenAIProvider] | type[GeminiProvider],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The key given in this process is not in the pickle; the copy reads the env var."""
     monkeypatch.delenv(cls.api_key_env, raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     provider = cls("some-model", api_key="sk-secret-given-here", base_url="http://127.0.0.1:9/v1")
     data = pickle.dumps(provider)
     assert b"sk-secret-given-here" not in data

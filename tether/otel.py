@@ -31,7 +31,9 @@ Spans, with explicit start and end times taken from the events' ``at``:
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
-``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.agent.name``,
+``gen_ai.system``: the vendor, ``openai`` for ``OpenAIResponsesProvider`` and
+``gcp.gemini`` for ``GeminiProvider``, with tether's name in ``tether.provider``
+where the two differ; ``gen_ai.request.model``, ``gen_ai.agent.name``,
 ``gen_ai.usage.input_tokens`` / ``output_tokens``,
 ``gen_ai.response.finish_reasons``, ``gen_ai.tool.name``,
 ``gen_ai.tool.call.id``, ``error.type``) plus ``tether.*`` ones

@@ -26,6 +26,9 @@ from tether.providers._prices import price_table
         ("gpt-4.1-nano-2025-04-14", 0.1, 0.4),
         ("o4-mini-2025-04-16", 1.1, 4.4),
         ("GPT-5-mini", 0.25, 2.0),
+        ("gemini-2.5-flash", 0.3, 2.5),
+        ("gemini-2.5-pro", 1.25, 10.0),
+        ("Gemini-2.0-flash", 0.1, 0.4),
     ],
 )
 def test_known_models(model: str, input_: float, output: float) -> None:

@@ -23,6 +23,7 @@ from tether.providers import (
     AnthropicProvider,
     AuthenticationFailed,
     ConnectionDropped,
+    GeminiProvider,
     HttpPool,
     InvalidRequest,
     MalformedResponse,
@@ -44,7 +45,7 @@ from tether.providers import (
 )
 
 from ..helpers import AUTOJUMP, cancel_once_blocked
-from . import anthropic_wire, openai_wire, responses_wire
+from . import anthropic_wire, gemini_wire, openai_wire, responses_wire
 from .fakes import (
     REQUEST,
     SECRET,
@@ -131,7 +132,20 @@ RESPONSES = Wire(
 )
 
 
-@pytest.fixture(params=[ANTHROPIC, OPENAI, RESPONSES], ids=lambda w: w.name)
+GEMINI = Wire(
+    name="gemini",
+    provider=gemini_wire.provider,
+    construct=lambda url: GeminiProvider(gemini_wire.MODEL, api_key="k", base_url=url),
+    reply=gemini_wire.reply,
+    stream_body=lambda crlf=False: sse_body(gemini_wire.stream_chunks(), crlf=crlf),
+    json_body=lambda: json.dumps(gemini_wire.response_json()).encode(),
+    # Google's error object: the kind is its ``status``; the HTTP status classifies it.
+    error_body=lambda kind, message: gemini_wire.error_body(0, kind, message),
+    malformed=gemini_wire.malformed,
+)
+
+
+@pytest.fixture(params=[ANTHROPIC, OPENAI, RESPONSES, GEMINI], ids=lambda w: w.name)
 def wire(request: pytest.FixtureRequest) -> Wire:
     """Each transport test runs against every HTTP provider."""
     return request.param  # type: ignore[no-any-return]

@@ -14,6 +14,7 @@ from tether.providers import Backoff, OpenAIProvider
 
 from ..helpers import assert_consistent, of
 from . import anthropic_wire as anth
+from . import gemini_wire as gem
 from . import openai_wire as oai
 from . import wires
 from .fakes import SECRET, Answer, fake_server, json_answer, raw_answer, sse_answer, sse_body
@@ -166,15 +167,17 @@ async def test_a_keyless_compatible_server_failing_says_no_key_was_sent(
     assert "OPENAI_API_KEY" in result.error
 
 
-@KINDS
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "gemini"])
 async def test_httpcore_debug_logs_never_show_a_key_a_server_echoes(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A response header echoing the key is scrubbed from httpcore's DEBUG log records."""
-    answer = json_answer(
-        anth.message_json(text="ok") if kind == "anthropic" else oai.completion_json(text="ok"),
-        headers=[("x-echo-key", SECRET)],
-    )
+    body = {
+        "anthropic": lambda: anth.message_json(text="ok"),
+        "openai": lambda: oai.completion_json(text="ok"),
+        "gemini": lambda: gem.response_json(text="ok"),
+    }[kind]()
+    answer = json_answer(body, headers=[("x-echo-key", SECRET)])
     caplog.set_level(logging.DEBUG, logger="httpcore")
     caplog.set_level(logging.DEBUG, logger="httpx")
     async with fake_server(answer) as server:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import anthropic_wire, openai_wire, responses_wire
+from . import anthropic_wire, gemini_wire, openai_wire, responses_wire
 
-WIRES = {"anthropic": anthropic_wire, "openai": openai_wire, "openai-responses": responses_wire}
+WIRES = {
+    "anthropic": anthropic_wire,
+    "openai": openai_wire,
+    "openai-responses": responses_wire,
+    "gemini": gemini_wire,
+}
 
 
 def make_provider(kind: str, url: str, stream: bool = True, **kw: Any) -> Any:
