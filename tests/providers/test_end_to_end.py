@@ -220,7 +220,9 @@ async def test_gate_pauses_every_run_after_a_429(kind: str) -> None:
     for other in results[1:]:
         assert not of(other.events, ev.ProviderRetry)
         (wait,) = of(other.events, ev.ProviderWait)
-        assert 0 < wait.wait_s <= 0.25, "each run's events show the wait"
+        # The gate holds for the 200 ms the 429 asked; the wait is measured on the wall
+        # clock (real sockets), so the bound is loose: a loaded machine stretches it.
+        assert 0 < wait.wait_s <= 2.0, "each run's events show the wait"
     assert len(server.requests) == 4
 
 
