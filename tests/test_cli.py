@@ -306,24 +306,37 @@ def test_a_failed_run_on_an_unpriced_model_costs_unpriced(
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_demo_ctrl_c_cancels_the_runs_and_prints_the_tally(backend: str) -> None:
-    """Ctrl-C in the demo cancels its runs, prints the tally and exits 130: no traceback."""
+    """Ctrl-C in the demo cancels its runs, prints the tally and exits 130: no traceback.
+
+    The header is printed before the event loop starts; a Ctrl-C that lands before the
+    runs do (a loaded machine) is the plain "interrupted" exit, also without a
+    traceback. The test then tries again, later, until it lands among the runs.
+    """
     command = ["demo", "--agents", "200", "--plain", "--latency-scale", "50", "--backend", backend]
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "tether", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert demo.stdout is not None
-    demo.stdout.readline()  # the header: the runs are starting
-    time.sleep(0.5)
-    demo.send_signal(signal.SIGINT)
-    out, err = demo.communicate(timeout=60)
-    assert demo.returncode == 130, err
-    assert "Traceback" not in err
-    assert "interrupted (Ctrl-C): cancelling" in err
-    assert re.search(r"^cancelled\s+\d+", out, re.M)
-    assert "interrupted (Ctrl-C): the runs still in flight were cancelled (exit 130)" in out
+    for delay in (0.5, 2.0, 5.0):
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "tether", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert demo.stdout is not None
+        demo.stdout.readline()  # the header: the runs are starting
+        time.sleep(delay)
+        demo.send_signal(signal.SIGINT)
+        out, err = demo.communicate(timeout=60)
+        assert "Traceback" not in err
+        if err == "interrupted\n":  # before the runs started: no tally to print
+            # (On trio a Ctrl-C this early may also end the process by SIGINT itself,
+            # after the message: seen 1 time in 6 on a loaded machine.)
+            assert demo.returncode in (130, -signal.SIGINT)
+            continue
+        assert demo.returncode == 130, err
+        assert "interrupted (Ctrl-C): cancelling" in err
+        assert re.search(r"^cancelled\s+\d+", out, re.M)
+        assert "interrupted (Ctrl-C): the runs still in flight were cancelled (exit 130)" in out
+        return
+    pytest.fail("every Ctrl-C landed before the runs started")
 
 
 def test_usage_line_counts_in_the_singular_and_plural() -> None:
