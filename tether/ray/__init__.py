@@ -73,6 +73,7 @@ from tether import events as ev
 from tether.providers import Message, ModelSettings
 from tether.ray._bridge import HostGone, Watch, wait_ref
 from tether.ray._host import Host, HostConfig, HostInfo, Kind
+from tether.ray._local import LocalCluster
 from tether.runtime import (
     Agent,
     BudgetExhausted,
@@ -236,7 +237,8 @@ class RayRuntime:
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
         self._tg: TaskGroup | None = None
-        self._started_ray = False
+        #: The local cluster this RayRuntime started (and stops), if it started one.
+        self._cluster: LocalCluster | None = None
         #: The handles callers hold, by run id (``rt.handle(id)`` returns the same one).
         self._handles: weakref.WeakValueDictionary[str, RayRunHandle[Any]] = (
             weakref.WeakValueDictionary()
@@ -267,8 +269,9 @@ class RayRuntime:
         if self.store is not None:  # a store that cannot be used fails here, not per run
             await self.store.claimable(limit=1)
         if not ray.is_initialized():
-            await anyio.to_thread.run_sync(self._init_ray)
-            self._started_ray = True
+            cluster = LocalCluster(self._init_ray, ray.shutdown)
+            await cluster.start()
+            self._cluster = cluster
         try:
             await self._open_hosts()
         except BaseException:
@@ -359,9 +362,9 @@ class RayRuntime:
         self._hosts, self._coordinator, self._config_refs = [], None, []
         if self.store is not None:
             await self.store.aclose()
-        if self._started_ray:
-            self._started_ray = False
-            await anyio.to_thread.run_sync(ray.shutdown)
+        if self._cluster is not None:
+            cluster, self._cluster = self._cluster, None
+            await cluster.stop()
 
     async def _monitor(self) -> None:
         """One watcher per host (a host that does not answer delays no other's), and the
