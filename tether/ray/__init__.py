@@ -33,6 +33,9 @@ its own.
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
   are resumed by the surviving hosts (or by the host Ray restarts) from their
   last checkpoint, once their lease (``lease_s``) expires (see docs/guides/durable.md).
+  Whatever the death (SIGKILL, with or without a restart by Ray; SIGSTOP; a lost
+  node), the caller gives up on the host itself (:meth:`RayRuntime._probe`), so
+  no wait depends on Ray noticing.
   Handles keep working: ``result()`` returns the resumed run's result, and an
   event stream goes on with the resumed run's ``RunResumed`` seam. The events
   the dead host had emitted after its last checkpoint (the round in flight,
@@ -164,6 +167,9 @@ class RayRuntime:
     keyword arguments for ``ray.init``; ``host_options`` are the host actors'
     Ray options (``num_cpus=1`` by default, so Ray spreads hosts over
     machines; ``max_restarts``: how often Ray restarts a host that died).
+    ``host_timeout_s``: how long a host may leave the caller's probe (twice a
+    second) unanswered before the caller gives up on it, as on a host Ray
+    reports dead or one Ray restarted (see :meth:`_probe`).
 
     ``store``, ``agents``, ``lease_s`` are the hosts' durable side
     (docs/guides/durable.md): every host resumes the runs whose owner died. ``conversations``
