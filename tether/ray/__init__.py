@@ -34,7 +34,7 @@ its own.
   are resumed by the surviving hosts (or by the host Ray restarts) from their
   last checkpoint, once their lease (``lease_s``) expires (see docs/guides/durable.md).
   Whatever the death (SIGKILL, with or without a restart by Ray; SIGSTOP; a lost
-  node), the caller gives up on the host itself (:meth:`RayRuntime._probe`), so
+  node), the caller gives up on the host itself (``_probe``), so
   no wait depends on Ray noticing.
   Handles keep working: ``result()`` returns the resumed run's result, and an
   event stream goes on with the resumed run's ``RunResumed`` seam. The events
@@ -130,8 +130,13 @@ def _check_arguments(
     conversations: object,
     limits: object,
     address: object,
+    host_timeout_s: object,
 ) -> None:
     """``RayRuntime(...)``'s arguments that need a check of their own."""
+    if not isinstance(host_timeout_s, int | float) or not host_timeout_s > 0:
+        raise ValueError(
+            f"RayRuntime(host_timeout_s=...) must be a number > 0, got {host_timeout_s!r}"
+        )
     if not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"RayRuntime(hosts=...) must be a positive int, got {hosts!r}")
     if not isinstance(provider_concurrency, int) or provider_concurrency < hosts:
@@ -169,7 +174,7 @@ class RayRuntime:
     machines; ``max_restarts``: how often Ray restarts a host that died).
     ``host_timeout_s``: how long a host may leave the caller's probe (twice a
     second) unanswered before the caller gives up on it, as on a host Ray
-    reports dead or one Ray restarted (see :meth:`_probe`).
+    reports dead or one Ray restarted (see ``_probe``).
 
     ``store``, ``agents``, ``lease_s`` are the hosts' durable side
     (docs/guides/durable.md): every host resumes the runs whose owner died. ``conversations``
@@ -197,11 +202,9 @@ class RayRuntime:
         host_options: dict[str, Any] | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        _check_arguments(hosts, provider_concurrency, store, conversations, limits, address)
-        if not isinstance(host_timeout_s, int | float) or not host_timeout_s > 0:
-            raise ValueError(
-                f"RayRuntime(host_timeout_s=...) must be a number > 0, got {host_timeout_s!r}"
-            )
+        _check_arguments(
+            hosts, provider_concurrency, store, conversations, limits, address, host_timeout_s
+        )
         self.host_timeout_s = float(host_timeout_s)
         self._agents: dict[str, Agent[Any, Any]] = {}
         for agent in agents:
@@ -314,7 +317,7 @@ class RayRuntime:
         self._results = [_Results(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
         for i in range(self._n):  # the first host that cannot start fails the RayRuntime
-            await self._probe(i, strict=True)
+            await _probe(self, i, strict=True)
 
     def _init_ray(self) -> None:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -389,41 +392,7 @@ class RayRuntime:
     async def _watch_host(self, i: int) -> None:
         while True:
             await anyio.sleep(MONITOR_S)
-            await self._probe(i)
-
-    async def _probe(self, i: int, *, strict: bool = False) -> None:
-        """Ask host ``i`` who it is and how loaded; configure a new process of it.
-
-        The host is *lost* when Ray says it died, when it does not answer within
-        ``host_timeout_s`` (stopped, cut off, or restarting: Ray may think it alive),
-        or when a new process answers (Ray restarted it): every wait on it is given up
-        (:class:`~tether.ray._bridge.Watch`), so its handles look for their runs again
-        (in the store, on another host, or they end ``crashed`` without a store), and it
-        is placed on no more until it answers again.
-        """
-        host = self._hosts[i]
-        old = self._last[i]  # as last heard from, even if it has not answered since
-        try:
-            with anyio.fail_after(HOST_START_S if strict else self.host_timeout_s):
-                info: HostInfo | None = await wait_ref(host.info.remote())
-                fresh = info is None
-                if info is None:  # a new process, not configured yet
-                    info = await wait_ref(host.configure.remote(self._config_refs[i], self._hosts))
-        except Exception as exc:
-            if strict:
-                raise RuntimeError(f"RayRuntime: host {i} did not start: {exc!r}") from exc
-            self._infos[i] = None  # placed on no more (a slow host comes back)
-            self._watches[i].give_up()
-            if isinstance(exc, HOST_LOST) and old is not None:
-                self._gone(old)
-            return
-        assert info is not None
-        self._last[i] = info
-        if old is not None and (fresh or old.started_at != info.started_at):  # a new process
-            self._watches[i].give_up()  # its waits were on runs this process never had
-            self._shipped[i] = {a.name for a in self._config[i].agents}
-            self._gone(old)
-        self._infos[i], self._sent[i] = info, 0
+            await _probe(self, i)
 
     def _gone(self, info: HostInfo) -> None:
         """A host's process died: the ledger counts its unreported grant as spent."""
@@ -683,6 +652,41 @@ class RayRuntime:
             except HOST_LOST:
                 slices.append(None)
         return FleetBudget(ledger=ledger, hosts=slices)
+
+
+async def _probe(rt: RayRuntime, i: int, *, strict: bool = False) -> None:
+    """Ask host ``i`` of ``rt`` who it is and how loaded; configure a new process of it.
+
+    The host is *lost* when Ray says it died, when it does not answer within
+    ``host_timeout_s`` (stopped, cut off, or restarting: Ray may think it alive),
+    or when a new process answers (Ray restarted it): every wait on it is given up
+    (:class:`~tether.ray._bridge.Watch`), so its handles look for their runs again
+    (in the store, on another host, or they end ``crashed`` without a store), and it
+    is placed on no more until it answers again.
+    """
+    host = rt._hosts[i]
+    old = rt._last[i]  # as last heard from, even if it has not answered since
+    try:
+        with anyio.fail_after(HOST_START_S if strict else rt.host_timeout_s):
+            info: HostInfo | None = await wait_ref(host.info.remote())
+            fresh = info is None
+            if info is None:  # a new process, not configured yet
+                info = await wait_ref(host.configure.remote(rt._config_refs[i], rt._hosts))
+    except Exception as exc:
+        if strict:
+            raise RuntimeError(f"RayRuntime: host {i} did not start: {exc!r}") from exc
+        rt._infos[i] = None  # placed on no more (a slow host comes back)
+        rt._watches[i].give_up()
+        if isinstance(exc, HOST_LOST) and old is not None:
+            rt._gone(old)
+        return
+    assert info is not None
+    rt._last[i] = info
+    if old is not None and (fresh or old.started_at != info.started_at):  # a new process
+        rt._watches[i].give_up()  # its waits were on runs this process never had
+        rt._shipped[i] = {a.name for a in rt._config[i].agents}
+        rt._gone(old)
+    rt._infos[i], rt._sent[i] = info, 0
 
 
 class _Results:
