@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 from tether.cli import _main as cli
 
 SUMMARY = re.compile(r"^agent-\d{3}  \S.* → (\w+)$")
+#: A line Ray logs at error level (C++: "[date time E pid tid] ...", Python: "date time ERROR ...").
+ERROR_LINE = re.compile(r"^\[[^\]]* E \d+ \d+\]|^\S+ \S+\s+ERROR ", re.M)
 HOST = re.compile(r"^host (\d+) \(pid \d+ on \S+\): (\d+) runs$", re.M)
 
 
@@ -44,6 +47,9 @@ def test_ray_demo_subprocess_runs_every_agent_over_two_hosts() -> None:
     assert [int(i) for i, _ in hosts] == [0, 1]
     assert sum(int(runs) for _, runs in hosts) == 20
     assert "Traceback" not in proc.stderr
+    # A normal start logs nothing at error level (Ray's "constructor arguments in the
+    # object store and max_restarts > 0" was one: hosts now get their config by a call).
+    assert not ERROR_LINE.search(proc.stderr + proc.stdout), proc.stderr
 
 
 def test_ray_demo_without_ray_is_a_usage_error(
@@ -98,3 +104,112 @@ def test_ray_demo_without_a_cluster_at_address_is_a_usage_error(
         "tether: error: cannot join the Ray cluster at 'auto': "
         "Could not find any running Ray instance."
     ]
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """Every process now: pid -> (parent pid, start time, command line), from /proc."""
+    found: dict[int, tuple[int, str, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry)] = (int(fields[1]), fields[19], cmdline)
+    return found
+
+
+def _descendants(root: int, table: dict[int, tuple[int, str, str]]) -> dict[int, tuple[str, str]]:
+    """The processes under ``root``: pid -> (start time, command line)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, tuple[str, str]] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out[pid] = table[pid][1:]
+        todo += children.get(pid, [])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("moment", ["init", "raylet", "hosts", "running", "twice"])
+def test_ctrl_c_at_any_moment_of_ray_demo_leaves_no_ray_process(moment: str) -> None:
+    """Ctrl-C (SIGINT to the demo's process group, as a terminal sends it) once the demo
+    has said what it starts (Ray's start-up is under way), once the cluster's raylet
+    runs, once the host actors run, mid-run, and twice mid-run (quit at once): the demo
+    exits, and no process it started (the cluster's GCS, raylet, agents, workers, hosts:
+    'ray::' or not) is left, re-parented or not."""
+    pytest.importorskip("ray")
+    import signal
+    import threading
+    import time
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "ray-demo", "--hosts", "2", "--agents", "400", "--plain"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group: the terminal's Ctrl-C goes to it
+    )
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    seen: dict[int, tuple[str, str]] = {}
+
+    def reached() -> bool:
+        names = [cmd for _, cmd in seen.values()]
+        if moment == "init":
+            return any(line.startswith("tether ray-demo:") for line in list(out))
+        if moment == "raylet":
+            return any("raylet" in cmd for cmd in names)
+        if moment == "hosts":
+            return any(cmd.startswith("ray::Host") for cmd in names)
+        return any(SUMMARY.match(line.rstrip("\n")) for line in list(out))
+
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update(_descendants(proc.pid, _processes()))
+            if reached():
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "".join(out)  # the demo was still going: Ctrl-C now
+        os.killpg(proc.pid, signal.SIGINT)
+        if moment == "twice":
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+        while proc.poll() is None and time.monotonic() < deadline + 60:
+            seen.update(_descendants(proc.pid, _processes()))
+            time.sleep(0.05)
+        assert proc.poll() is not None, "ray-demo did not exit after Ctrl-C"
+        time.sleep(2.0)  # what the demo stopped has ended since
+        now = _processes()
+        left = {
+            pid: cmd
+            for pid, (started, cmd) in seen.items()
+            if pid in now and now[pid][1] == started
+        }
+        assert left == {}, "".join(out)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in _descendants(proc.pid, _processes()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    reader.join(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    assert proc.returncode in (130, 1, -signal.SIGINT), "".join(out)
+    assert "Traceback" not in "".join(out)

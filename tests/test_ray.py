@@ -245,6 +245,8 @@ async def test_bad_arguments_are_clear_errors(ray_cluster: None, tmp_path: Path)
     """What cannot work is refused where it is given, with what to do instead."""
     with pytest.raises(ValueError, match="hosts"):
         RayRuntime(hosts=0)
+    with pytest.raises(ValueError, match="host_timeout_s"):
+        RayRuntime(host_timeout_s=0)
     with pytest.raises(ValueError, match="provider_concurrency"):
         RayRuntime(hosts=4, provider_concurrency=2)
     with pytest.raises(ValueError, match="every host reaches"):
@@ -597,3 +599,50 @@ async def test_submit_returns_once_the_run_is_in_the_store(
         assert (await plain.result()).output == "walked"
         with pytest.raises(tether.RunNotFound, match="no host has run 'nobody'"):
             await rt.handle("nobody").result()
+
+
+class _Ref:
+    """What wait_ref needs of a Ray ObjectRef: its concurrent future."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import Future
+
+        self.done: Future[Any] = Future()
+
+    def future(self) -> Any:
+        return self.done
+
+
+async def test_a_watch_gives_up_every_wait_on_its_host_at_once() -> None:
+    """Watch.give_up ends the waits on its host with HostGone, and only those; a value
+    that Ray's thread sets later still reaches a wait of another host; nothing stays
+    registered (no cluster needed: the refs are futures completed from a thread)."""
+    import threading
+
+    from tether.ray._bridge import HostGone, Watch, wait_ref
+
+    lost, kept = Watch(), Watch()
+    refs = [_Ref() for _ in range(3)]
+    outcomes: list[object] = []
+
+    async def wait(ref: _Ref, watch: Watch) -> None:
+        try:
+            outcomes.append(await wait_ref(ref, watch))
+        except HostGone:
+            outcomes.append("gone")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait, refs[0], lost)
+        tg.start_soon(wait, refs[1], lost)
+        tg.start_soon(wait, refs[2], kept)
+        await anyio.wait_all_tasks_blocked()
+        assert (lost.waiting, kept.waiting) == (2, 1)
+        lost.give_up()
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == ["gone", "gone"]
+        threading.Thread(target=refs[2].done.set_result, args=(42,)).start()
+    assert outcomes == ["gone", "gone", 42]
+    assert (lost.waiting, kept.waiting, lost.gave_up, kept.gave_up) == (0, 0, 1, 0)
+    ready = _Ref()
+    ready.done.set_result("at once")
+    assert await wait_ref(ready, lost) == "at once"  # a finished call is never given up

@@ -33,6 +33,9 @@ its own.
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
   are resumed by the surviving hosts (or by the host Ray restarts) from their
   last checkpoint, once their lease (``lease_s``) expires (see docs/guides/durable.md).
+  Whatever the death (SIGKILL, with or without a restart by Ray; SIGSTOP; a lost
+  node), the caller gives up on the host itself (``_probe``), so
+  no wait depends on Ray noticing.
   Handles keep working: ``result()`` returns the resumed run's result, and an
   event stream goes on with the resumed run's ``RunResumed`` seam. The events
   the dead host had emitted after its last checkpoint (the round in flight,
@@ -71,8 +74,9 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from tether import events as ev
 from tether.providers import Message, ModelSettings
-from tether.ray._bridge import wait_ref
+from tether.ray._bridge import HostGone, Watch, wait_ref
 from tether.ray._host import Host, HostConfig, HostInfo, Kind
+from tether.ray._local import LocalCluster
 from tether.runtime import (
     Agent,
     BudgetExhausted,
@@ -93,15 +97,17 @@ from tether.runtime import (
     stored_result,
 )
 
-#: The errors that mean a host's process is gone (or restarting).
+#: The errors that mean a host's process is gone (or restarting), or that the caller
+#: gave up on it (it did not answer in time, or a new process answered: see ``_probe``).
 HOST_LOST: tuple[type[BaseException], ...] = (
     ray.exceptions.RayActorError,
     ray.exceptions.ActorUnavailableError,
+    HostGone,
 )
 
 #: How long one poll of a follower waits on its host for something new.
 POLL_S = 10.0
-#: How often the caller refreshes what each host reports (load, liveness).
+#: How often the caller asks each host what it reports (load, liveness).
 MONITOR_S = 0.5
 #: How long requests made just before a RayRuntime exits may take to reach their hosts.
 REQUESTS_S = 5.0
@@ -124,8 +130,13 @@ def _check_arguments(
     conversations: object,
     limits: object,
     address: object,
+    host_timeout_s: object,
 ) -> None:
     """``RayRuntime(...)``'s arguments that need a check of their own."""
+    if not isinstance(host_timeout_s, int | float) or not host_timeout_s > 0:
+        raise ValueError(
+            f"RayRuntime(host_timeout_s=...) must be a number > 0, got {host_timeout_s!r}"
+        )
     if not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"RayRuntime(hosts=...) must be a positive int, got {hosts!r}")
     if not isinstance(provider_concurrency, int) or provider_concurrency < hosts:
@@ -161,6 +172,9 @@ class RayRuntime:
     keyword arguments for ``ray.init``; ``host_options`` are the host actors'
     Ray options (``num_cpus=1`` by default, so Ray spreads hosts over
     machines; ``max_restarts``: how often Ray restarts a host that died).
+    ``host_timeout_s``: how long a host may leave the caller's probe (twice a
+    second) unanswered before the caller gives up on it, as on a host Ray
+    reports dead or one Ray restarted (see ``_probe``).
 
     ``store``, ``agents``, ``lease_s`` are the hosts' durable side
     (docs/guides/durable.md): every host resumes the runs whose owner died. ``conversations``
@@ -184,10 +198,14 @@ class RayRuntime:
         shutdown_grace_s: float = 10.0,
         lease_s: float = 30.0,
         max_restarts: int = 5,
+        host_timeout_s: float = 5.0,
         host_options: dict[str, Any] | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        _check_arguments(hosts, provider_concurrency, store, conversations, limits, address)
+        _check_arguments(
+            hosts, provider_concurrency, store, conversations, limits, address, host_timeout_s
+        )
+        self.host_timeout_s = float(host_timeout_s)
         self._agents: dict[str, Agent[Any, Any]] = {}
         for agent in agents:
             self._know(agent)
@@ -217,6 +235,8 @@ class RayRuntime:
         self.conversations = conversations
         self._hosts: list[Any] = []
         self._config_refs: list[Any] = []
+        #: Per host: its waits, which the monitor gives up on when it loses the host.
+        self._watches: list[Watch] = []
         self._infos: list[HostInfo | None] = []
         self._sent: list[int] = []
         #: Per host: handles waiting for their result, a collector running, its cursor.
@@ -226,7 +246,8 @@ class RayRuntime:
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
         self._tg: TaskGroup | None = None
-        self._started_ray = False
+        #: The local cluster this RayRuntime started (and stops), if it started one.
+        self._cluster: LocalCluster | None = None
         #: The handles callers hold, by run id (``rt.handle(id)`` returns the same one).
         self._handles: weakref.WeakValueDictionary[str, RayRunHandle[Any]] = (
             weakref.WeakValueDictionary()
@@ -257,8 +278,24 @@ class RayRuntime:
         if self.store is not None:  # a store that cannot be used fails here, not per run
             await self.store.claimable(limit=1)
         if not ray.is_initialized():
-            await anyio.to_thread.run_sync(self._init_ray)
-            self._started_ray = True
+            cluster = LocalCluster(self._init_ray, ray.shutdown)
+            await cluster.start()
+            self._cluster = cluster
+        try:
+            await self._open_hosts()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._teardown(graceful=False)
+            raise
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._watch = anyio.CancelScope()
+        tg.start_soon(self._monitor, name="tether-ray-monitor")
+        return self
+
+    async def _open_hosts(self) -> None:
+        """Make the host actors and wait until each has opened its Runtime."""
         actor = ray.remote(Host)
         options = {"max_concurrency": 100_000, "max_task_retries": 0} | self._host_options
         if self.limits is not None:
@@ -268,28 +305,19 @@ class RayRuntime:
                 ray.remote(Coordinator).options(num_cpus=0).remote(self.limits, self._n)
             )
             self._config = [attrs.evolve(c, coordinator=self._coordinator) for c in self._config]
-        # Kept in the object store while the fleet lives: Ray rebuilds a host that it
-        # restarts from these (its agents included).
+        # Each host is made with its index only, and gets its config by a call, as does
+        # every process Ray restarts it in (see Host.configure); the configs stay in the
+        # object store while the fleet lives.
         self._config_refs = [ray.put(config) for config in self._config]
-        self._hosts = [
-            actor.options(**options).remote(i, ref) for i, ref in enumerate(self._config_refs)
-        ]
+        self._hosts = [actor.options(**options).remote(i) for i in range(self._n)]
+        self._watches = [Watch() for _ in range(self._n)]
         self._infos = [None] * self._n
         self._last: list[HostInfo | None] = [None] * self._n
         self._sent = [0] * self._n
         self._results = [_Results(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
-        try:
-            await self._refresh(strict=True)
-        except BaseException:
-            await self._teardown()
-            raise
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        self._watch = anyio.CancelScope()
-        tg.start_soon(self._monitor, name="tether-ray-monitor")
-        return self
+        for i in range(self._n):  # the first host that cannot start fails the RayRuntime
+            await _probe(self, i, strict=True)
 
     def _init_ray(self) -> None:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -324,15 +352,18 @@ class RayRuntime:
         return None
 
     async def _teardown(self, *, graceful: bool = True) -> None:
-        """Close every host's Runtime (its runs get the shutdown grace), then the actors."""
+        """Close every live host's Runtime (its runs get the shutdown grace), then kill
+        the actors (a host that is lost, or does not close in time, is only killed)."""
+        grace = self._config[0].shutdown_grace_s if graceful else 0.0
 
-        async def close(host: Any) -> None:
-            with contextlib.suppress(Exception):
-                await wait_ref(host.close.remote(graceful))
+        async def close(i: int, host: Any) -> None:
+            with contextlib.suppress(Exception), anyio.move_on_after(grace + self.host_timeout_s):
+                await wait_ref(host.close.remote(graceful), self._watches[i])
 
         async with anyio.create_task_group() as tg:
-            for host in self._hosts:
-                tg.start_soon(close, host)
+            for i, host in enumerate(self._hosts):
+                if self._infos[i] is not None:
+                    tg.start_soon(close, i, host)
         for host in [*self._hosts, self._coordinator]:
             if host is not None:
                 with contextlib.suppress(Exception):
@@ -340,50 +371,28 @@ class RayRuntime:
         self._hosts, self._coordinator, self._config_refs = [], None, []
         if self.store is not None:
             await self.store.aclose()
-        if self._started_ray:
-            self._started_ray = False
-            await anyio.to_thread.run_sync(ray.shutdown)
+        if self._cluster is not None:
+            cluster, self._cluster = self._cluster, None
+            await cluster.stop()
 
     async def _monitor(self) -> None:
+        """One watcher per host (a host that does not answer delays no other's), and the
+        fleet budget's state."""
         assert self._watch is not None
         with self._watch:
-            while True:
-                await anyio.sleep(MONITOR_S)
-                await self._refresh()
-
-    async def _refresh(self, *, strict: bool = False) -> None:
-        """Ask every host who it is and how loaded (a restarted host opens its Runtime)."""
-
-        async def ask(i: int, host: Any) -> None:
-            old = self._last[i]  # as last heard from, even if it has not answered since
-            try:
-                with anyio.fail_after(HOST_START_S if strict else 5):
-                    info: HostInfo = await wait_ref(host.info.remote())
-            except Exception as exc:
-                if strict:
-                    raise RuntimeError(f"RayRuntime: host {i} did not start: {exc}") from exc
-                self._infos[i] = None  # placed on no more (a slow host comes back)
-                if isinstance(exc, HOST_LOST) and old is not None:
-                    self._gone(old)
-                return
-            self._last[i] = info
-            if old is None or old.started_at != info.started_at:  # a new process
-                if old is not None:
-                    self._shipped[i] = {a.name for a in self._config[i].agents}
-                    self._gone(old)
-                host.join.remote(self._hosts)  # its peers, for 429 pauses
-            self._infos[i], self._sent[i] = info, 0
-
-        if strict:  # at start: the first host that cannot start fails the RayRuntime
-            for i, host in enumerate(self._hosts):
-                await ask(i, host)
-        else:
             async with anyio.create_task_group() as tg:
-                for i, host in enumerate(self._hosts):
-                    tg.start_soon(ask, i, host)
-        if self._coordinator is not None and self.limits is not None:
-            with contextlib.suppress(*HOST_LOST):
-                self._budget_spent = await wait_ref(self._coordinator.spent.remote())
+                for i in range(self._n):
+                    tg.start_soon(self._watch_host, i, name=f"tether-ray-watch-{i}")
+                while True:
+                    await anyio.sleep(MONITOR_S)
+                    if self._coordinator is not None and self.limits is not None:
+                        with contextlib.suppress(*HOST_LOST):
+                            self._budget_spent = await wait_ref(self._coordinator.spent.remote())
+
+    async def _watch_host(self, i: int) -> None:
+        while True:
+            await anyio.sleep(MONITOR_S)
+            await _probe(self, i)
 
     def _gone(self, info: HostInfo) -> None:
         """A host's process died: the ledger counts its unreported grant as spent."""
@@ -429,8 +438,8 @@ class RayRuntime:
         found: list[int] = []
 
         async def ask(i: int, host: Any) -> None:
-            with contextlib.suppress(*HOST_LOST), anyio.move_on_after(5):
-                if await wait_ref(host.has.remote(run_id)):
+            with contextlib.suppress(*HOST_LOST), anyio.move_on_after(self.host_timeout_s):
+                if await wait_ref(host.has.remote(run_id), self._watches[i]):
                     found.append(i)
 
         async with anyio.create_task_group() as tg:
@@ -637,12 +646,47 @@ class RayRuntime:
             return None
         ledger: dict[str, Any] = await wait_ref(self._coordinator.status.remote())
         slices: list[dict[str, Any] | None] = []
-        for host in self._hosts:
+        for i, host in enumerate(self._hosts):
             try:
-                slices.append(await wait_ref(host.budget.remote()))
+                slices.append(await wait_ref(host.budget.remote(), self._watches[i]))
             except HOST_LOST:
                 slices.append(None)
         return FleetBudget(ledger=ledger, hosts=slices)
+
+
+async def _probe(rt: RayRuntime, i: int, *, strict: bool = False) -> None:
+    """Ask host ``i`` of ``rt`` who it is and how loaded; configure a new process of it.
+
+    The host is *lost* when Ray says it died, when it does not answer within
+    ``host_timeout_s`` (stopped, cut off, or restarting: Ray may think it alive),
+    or when a new process answers (Ray restarted it): every wait on it is given up
+    (:class:`~tether.ray._bridge.Watch`), so its handles look for their runs again
+    (in the store, on another host, or they end ``crashed`` without a store), and it
+    is placed on no more until it answers again.
+    """
+    host = rt._hosts[i]
+    old = rt._last[i]  # as last heard from, even if it has not answered since
+    try:
+        with anyio.fail_after(HOST_START_S if strict else rt.host_timeout_s):
+            info: HostInfo | None = await wait_ref(host.info.remote())
+            fresh = info is None
+            if info is None:  # a new process, not configured yet
+                info = await wait_ref(host.configure.remote(rt._config_refs[i], rt._hosts))
+    except Exception as exc:
+        if strict:
+            raise RuntimeError(f"RayRuntime: host {i} did not start: {exc!r}") from exc
+        rt._infos[i] = None  # placed on no more (a slow host comes back)
+        rt._watches[i].give_up()
+        if isinstance(exc, HOST_LOST) and old is not None:
+            rt._gone(old)
+        return
+    assert info is not None
+    rt._last[i] = info
+    if old is not None and (fresh or old.started_at != info.started_at):  # a new process
+        rt._watches[i].give_up()  # its waits were on runs this process never had
+        rt._shipped[i] = {a.name for a in rt._config[i].agents}
+        rt._gone(old)
+    rt._infos[i], rt._sent[i] = info, 0
 
 
 class _Results:
@@ -660,6 +704,11 @@ class _Results:
 
     async def wait(self, handle: RayRunHandle[Any]) -> None:
         """Until the host has sent the run's result (or was lost)."""
+        last = self.rt._last[self.index]
+        if last is not None and handle._epoch is not None and last.started_at != handle._epoch:
+            return  # started in an earlier process of this host: not there any more
+        if self.epoch is None:
+            self.epoch = handle._epoch  # a host of another epoch answers at once
         self.waiting[handle.run_id] = handle
         if not self.polling:
             self.polling = True
@@ -668,12 +717,12 @@ class _Results:
 
     async def _poll(self) -> None:
         rt, waiting = self.rt, self.waiting
-        host = rt._hosts[self.index]
+        host, watch = rt._hosts[self.index], rt._watches[self.index]
         try:
             while waiting:
                 try:
                     batch, self.cursor, self.epoch = await wait_ref(
-                        host.done.remote(self.cursor, self.epoch, POLL_S)
+                        host.done.remote(self.cursor, self.epoch, POLL_S), watch
                     )
                 except HOST_LOST:
                     self.cursor = 0
@@ -688,6 +737,12 @@ class _Results:
                     if found._result is None and status == "finished":
                         found._result = RunResult.load(data, found._output_type(agent))
                     found._delivered.set()
+                # A run started in an earlier process of this host (Ray restarted it)
+                # is not in this one: its handle looks for it (in the store, or crashed).
+                for run_id, handle in list(waiting.items()):
+                    if handle._epoch is not None and handle._epoch != self.epoch:
+                        del waiting[run_id]
+                        handle._delivered.set()
         finally:
             self.polling = False
 
@@ -725,6 +780,8 @@ class RayRunHandle(Generic[OutputT]):
         self._delivered = anyio.Event()
         #: The cursors the host opened with the run (for the early streams).
         self._fids: list[int] = []
+        #: The epoch (``started_at``) of the host process that took the start.
+        self._epoch: float | None = None
         #: A host had the run once (so losing it means the run crashed with its host).
         self._found = agent is not None
         if agent is None:
@@ -771,7 +828,9 @@ class RayRunHandle(Generic[OutputT]):
                 self._result = await self._lost()
                 break
             try:
-                status, data, agent = await wait_ref(self._rt._hosts[i].result.remote(self.run_id))
+                status, data, agent = await wait_ref(
+                    self._rt._hosts[i].result.remote(self.run_id), self._rt._watches[i]
+                )
             except HOST_LOST:
                 status, data, agent = "unknown", None, None
             if status == "finished":
@@ -809,16 +868,24 @@ class RayRunHandle(Generic[OutputT]):
             return self._result
         if self._start_error is not None:
             raise self._start_error
+        rt = self._rt
         why = (
-            f"the host running run {self.run_id!r} died"
+            f"the host running run {self.run_id!r} died (or did not answer for "
+            f"{rt.host_timeout_s:g} s)"
             + (
                 " and no run store is shared by the hosts, so the run cannot be resumed "
                 "(RayRuntime(store=...) makes runs survive a host)"
-                if self._rt.store is None
+                if rt.store is None
                 else " before the run reached the run store"
             )
             + "; usage counts the charges this handle had seen"
         )
+        i = self._started_on
+        if i is not None and rt._hosts:
+            # A host that was only stopped (SIGSTOP, a paused machine) ends the run when it
+            # wakes up, rather than go on with a run whose handle has ended it.
+            with contextlib.suppress(Exception):
+                rt._hosts[i].cancel.remote(self.run_id, why)
         usage = _usage_of(self._seen)
         last = self._seen[-1] if self._seen else None
         finished = ev.RunFinished(
@@ -851,12 +918,14 @@ class RayRunHandle(Generic[OutputT]):
         await self._sent.wait()
         while self._start_ref is not None:
             ref, n = self._start_ref
+            assert self._started_on is not None
             try:
-                reply = (await wait_ref(ref))[n]
+                epoch, replies = await wait_ref(ref, rt._watches[self._started_on])
+                reply = replies[n]
                 if isinstance(reply, BaseException):
                     raise reply
                 if self._start_ref == (ref, n):
-                    self._fids = reply
+                    self._fids, self._epoch = reply, epoch
             except HOST_LOST:
                 # The host died with the run hardly begun: where no store has it, and
                 # a store exists, nothing of it can go on anywhere, so start it again.
@@ -930,7 +999,9 @@ class RayRunHandle(Generic[OutputT]):
                     return [] if method == "pending" else None  # it is gone
                 i = rt._pick(None)
             try:
-                return await wait_ref(getattr(rt._hosts[i], method).remote(self.run_id, *args))
+                return await wait_ref(
+                    getattr(rt._hosts[i], method).remote(self.run_id, *args), rt._watches[i]
+                )
             except HOST_LOST:
                 self._host = None
         return [] if method == "pending" else None
@@ -989,7 +1060,9 @@ class RayEventStream:
         assert self._host is not None
         assert self._fid is not None
         try:
-            items, status = await wait_ref(rt._hosts[self._host].poll.remote(self._fid, POLL_S))
+            items, status = await wait_ref(
+                rt._hosts[self._host].poll.remote(self._fid, POLL_S), rt._watches[self._host]
+            )
         except HOST_LOST:
             items, status = [], "moved"
         self._take(items)
@@ -1014,7 +1087,8 @@ class RayEventStream:
                     fid = await wait_ref(
                         rt._hosts[i].follow.remote(
                             handle.run_id, self._kind, self._next, self._seam
-                        )
+                        ),
+                        rt._watches[i],
                     )
                 except HOST_LOST:
                     fid = None

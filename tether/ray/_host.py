@@ -109,9 +109,15 @@ class _Follow:
 class Host:
     """A tether ``Runtime`` in a Ray actor (see the module docstring)."""
 
-    def __init__(self, index: int, config: HostConfig) -> None:
-        self.index, self.config = index, config
-        self.agents: dict[str, Agent[Any, Any]] = {a.name: a for a in config.agents}
+    def __init__(self, index: int) -> None:
+        # Only the index: Ray keeps a restartable actor's constructor arguments to
+        # rebuild it, and arguments in the object store could be lost with their node
+        # (Ray logs an error for those). The config comes with :meth:`configure`,
+        # which the caller sends to each new process of this host.
+        self.index = index
+        self.config: HostConfig | None = None
+        self._configured = asyncio.Event()
+        self.agents: dict[str, Agent[Any, Any]] = {}
         self._rt: Runtime | None = None
         self._opening: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
@@ -134,8 +140,21 @@ class Host:
 
     # ------------------------------------------------------------------ the Runtime
 
+    async def configure(self, config: HostConfig, hosts: Sequence[Any]) -> HostInfo:
+        """This process's config and the fleet's hosts (see :meth:`join`), once per
+        process (later calls only join); opens its Runtime and answers :meth:`info`."""
+        if self.config is None:
+            self.config = config
+            self.agents = {a.name: a for a in config.agents}
+            self._configured.set()
+        self.join(hosts)
+        info = await self.info()
+        assert info is not None
+        return info
+
     async def _runtime(self) -> Runtime:
         if self._rt is None:
+            await self._configured.wait()  # a restarted process: the caller configures it
             if self._opening is None:
                 self._opening = asyncio.get_running_loop().create_future()
                 self._main = asyncio.create_task(self._serve(self._opening))
@@ -145,6 +164,7 @@ class Host:
 
     async def _serve(self, ready: asyncio.Future[None]) -> None:
         config = self.config
+        assert config is not None
         try:
             hooks = RuntimeHooks(on_gate_pause=self._paused, on_run_left=self._ended)
             rt = Runtime(
@@ -204,8 +224,11 @@ class Host:
 
     # ------------------------------------------------------------------ the caller's calls
 
-    async def info(self) -> HostInfo:
-        """Who this host is and how loaded (also opens a restarted host's Runtime)."""
+    async def info(self) -> HostInfo | None:
+        """Who this host is and how loaded; ``None`` from a process not configured yet
+        (a host Ray restarted: the caller sends it :meth:`configure`)."""
+        if self.config is None:
+            return None
         rt = await self._runtime()
         return HostInfo(
             index=self.index,
@@ -218,9 +241,12 @@ class Host:
             started_at=self._started_at,
         )
 
-    async def start_many(self, starts: Sequence[Start]) -> list[list[int] | BaseException]:
+    async def start_many(
+        self, starts: Sequence[Start]
+    ) -> tuple[float, list[list[int] | BaseException]]:
         """Start runs here, in order (one call for the starts a caller made at once):
-        for each, the ids of its cursors (see :meth:`start`), or the error it met."""
+        this process's epoch (``started_at``: the runs are in this process), and for
+        each run the ids of its cursors (see :meth:`_start`), or the error it met."""
         rt = await self._runtime()
         replies: list[list[int] | BaseException] = []
         for start in starts:
@@ -228,7 +254,7 @@ class Host:
                 replies.append(await self._start(rt, *start))
             except Exception as exc:
                 replies.append(exc)
-        return replies
+        return self._started_at, replies
 
     async def _start(
         self,
@@ -274,10 +300,13 @@ class Host:
         (waits up to ``timeout_s`` for one): each ``(run_id, status, result, agent)``,
         the cursor to ask from next, and this process's epoch (``started_at``).
         Asking from a cursor lets this host forget the results before it; a cursor
-        of another epoch (an earlier process of this host) counts as none."""
+        of another epoch (an earlier process of this host) counts as none, and is
+        answered at once (the caller learns that the runs it waits for are not here)."""
         await self._runtime()
         if epoch != self._started_at:
             cursor = self._done_base
+            if epoch is not None:
+                timeout_s = 0.0
         if (seen := cursor - self._done_base) > 0:
             for run, _ in self._done[:seen]:
                 self.forget(run.run_id)
