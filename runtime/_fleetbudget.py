@@ -502,6 +502,8 @@ class SlicedBudget(Budget):
     _over: int = 0
     _over_cost: float = 0.0
     _nudged: anyio.Event | None = attrs.field(default=None, repr=False, eq=False)
+    #: The keeper waits with nothing to say: the next charge or release may give it news.
+    _idle: bool = False
     _keeper: anyio.CancelScope | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
@@ -530,8 +532,13 @@ class SlicedBudget(Budget):
         tokens, cost = self._room()
         return max(0, -tokens), max(0.0, -cost)
 
+    def charge(self, tokens: int, cost_usd: float | None) -> None:
+        super().charge(tokens, cost_usd)
+        self._changed()
+
     def unhold(self, tokens: int, cost: float) -> None:
         super().unhold(tokens, cost)
+        self._changed()
         # A release lowers the excess: a charge that raises it again crosses again.
         tokens_over, cost_over = self._excess()
         self._over = min(self._over, tokens_over)
@@ -600,6 +607,12 @@ class SlicedBudget(Budget):
         if self._nudged is not None:
             self._nudged.set()
 
+    def _changed(self) -> None:
+        """A charge or a release: news for a keeper that had none (see ``_wait_for_reason``)."""
+        if self._idle:
+            self._idle = False
+            self._nudge()
+
     # ------------------------------------------------------- the keeper
 
     def bind(self, tg: TaskGroup) -> None:
@@ -626,16 +639,33 @@ class SlicedBudget(Budget):
                     await anyio.sleep(self.poll_s)
 
     async def _wait_for_reason(self) -> None:
-        """Until a call nudges, or a poll is due (see the module docstring)."""
-        nudged = self._nudged
-        assert nudged is not None
-        if not nudged.is_set():
+        """Until a call nudges, or a poll is due (see the module docstring).
+
+        With nothing to say (``_poll_in`` is ``None``) the keeper waits for a
+        call's nudge, or for the next charge or release, after which it looks
+        again: a host that learnt the ledger is dry while its calls still held
+        their slice must report what they spent when they end, unasked, or the
+        ledger never sees that host's grant spent and the others' last calls
+        wait for it forever (issue 28).
+        """
+        while True:
+            nudged = self._nudged
+            assert nudged is not None
+            if nudged.is_set():
+                break
             interval = self._poll_in()
-            if interval is None:
-                await nudged.wait()
-            else:
+            if interval is not None:
                 with anyio.move_on_after(interval):
                     await nudged.wait()
+                break
+            self._idle = True
+            try:
+                await nudged.wait()
+            finally:
+                woken_by_change, self._idle = not self._idle, False
+            if not woken_by_change:
+                break  # a call nudged: contact now
+            self._nudged = anyio.Event()  # news, maybe: look again
         self._nudged = anyio.Event()
 
     def _room(self) -> tuple[int, float]:

@@ -520,3 +520,32 @@ async def test_a_host_that_spent_its_slice_and_went_quiet_still_lets_the_fleet_r
         assert ledger.status().hosts["host-1"].used_tokens == 63
     assert result.termination is tether.Termination.TOKEN_CEILING
     assert min(watched) >= ceiling
+
+
+@AUTOJUMP
+async def test_a_dry_host_reports_what_its_calls_spent_after_it_learnt(watched: list[int]) -> None:
+    """Issue 28: a host that learns the ledger is dry while its call still streams within
+    its slice reports that call's spend when it ends, unasked. Before, its keeper had
+    nothing to say at the dry answer and slept until a call of its own nudged it, so the
+    ledger never saw its grant spent and the other host's runs waited forever."""
+    ceiling = 1_000
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=2)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    slow = Capped(  # 100 tokens a second, a usage report every 4
+        [Reply(text="word " * 320)], max_tokens=400, chunk_size=16, chunk_latency_s=0.04
+    )
+    greedy = Capped([Reply(text="word " * 2_000)] * 20, max_tokens=600, latency_s=0.01)
+    unbounded = tether.Limits(max_continues=20, max_steps=20)
+    async with hosts(ledger, limits, 2) as (rts, _):
+        streaming = rts[0].start(tether.Agent(name="slow", provider=slow), "q")
+        await anyio.sleep(0.1)  # it holds its slice and streams
+        with anyio.fail_after(60):
+            spender = await rts[1].run(
+                tether.Agent(name="greedy", provider=greedy, limits=unbounded), "q"
+            )
+            slow_result = await streaming.result()
+    assert slow_result.termination is tether.Termination.ANSWERED
+    assert spender.termination is tether.Termination.TOKEN_CEILING
+    spent = slow_result.usage.total_tokens + spender.usage.total_tokens
+    assert ledger.status().used_tokens == spent
+    assert min(watched) >= ceiling
