@@ -265,7 +265,9 @@ class RayRuntime:
             from tether.ray._fleet import Coordinator
 
             self._coordinator = (
-                ray.remote(Coordinator).options(num_cpus=0).remote(self.limits, self._n)
+                ray.remote(Coordinator)
+                .options(num_cpus=0)
+                .remote(self.limits, self._n, self.lease_s)
             )
             self._config = [attrs.evolve(c, coordinator=self._coordinator) for c in self._config]
         # Kept in the object store while the fleet lives: Ray rebuilds a host that it
