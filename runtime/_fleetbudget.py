@@ -162,6 +162,8 @@ class LedgerStatus:
     hosts: dict[str, HostShare]
     #: Hosts forgotten because they held a grant and were silent for a lease.
     written_off: int = 0
+    #: When the ledger first answered that the budget is spent (its clock), or ``None``.
+    dry_since: float | None = None
 
 
 # ------------------------------------------------------------------ the ledger
@@ -237,6 +239,7 @@ class BudgetLedger:
     lease_s: float | None = None
     clock: Callable[[], float] = time.monotonic
     _written_off: int = 0
+    _dry_since: float | None = None
 
     def __attrs_post_init__(self) -> None:
         tokens, cost = self.max_total_tokens, self.max_cost_usd
@@ -356,6 +359,7 @@ class BudgetLedger:
             lost_cost_usd=self._lost_cost,
             short=self.short,
             written_off=self._written_off,
+            dry_since=self._dry_since,
             hosts={
                 owner: HostShare(
                     granted_tokens=s.granted_tokens,
@@ -449,6 +453,8 @@ class BudgetLedger:
             dry = dry_tokens or dry_cost
         status_tokens = self._dead_used_tokens + sum(s.used_tokens for s in self._shares.values())
         status_cost = self._dead_used_cost + sum(s.used_cost for s in self._shares.values())
+        if dry and owner not in self._forgotten and self._dry_since is None:
+            self._dry_since = self.clock()
         pad = 0
         if self.max_total_tokens is not None and free_tokens is not None:
             pad = self._pad_tokens(max(0, free_tokens))

@@ -659,3 +659,92 @@ async def test_a_silent_host_is_written_off_after_its_lease_and_waits_no_longer_
     assert status.used_tokens + status.lost_tokens <= ceiling + max_input(
         [first, other, own]
     ) * sum(s.statistics().crossings for s in slices)
+
+
+#: The sweep's reply: 400 tokens streamed 4 at a time, one report each, 4 ms apart.
+SWEEP_CHUNKS, SWEEP_CHUNK_S, SWEEP_LATENCY_S, SWEEP_POLL_S = 100, 0.004, 0.002, 0.05
+
+
+async def _sweep(n_hosts: int, n_runs: int, share: float, *, timed: bool) -> None:
+    """``n_runs`` concurrent runs of about 410 tokens over ``n_hosts`` hosts, with a fleet
+    budget of ``share`` times their demand: every run ends once; the ledger's account
+    is the runs' usage; the spend is within the bound; no run ends on the ceiling while
+    budget is left anywhere; and (``timed``: a virtual clock) every run ends within one
+    call in flight, a poll and a ledger round trip of the ledger's first dry answer."""
+    demand = n_runs * 410
+    ceiling = int(demand * share)
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=n_hosts, clock=anyio.current_time)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    provider = Capped(  # a provider-level max_tokens, as the HTTP providers have
+        lambda request, ctx: Reply(text="word " * 320),
+        chunk_size=16,
+        chunk_latency_s=SWEEP_CHUNK_S,
+        max_tokens=512,
+    )
+    agent = tether.Agent(name="spender", provider=provider)
+    ends: list[float] = []
+    results: list[tether.RunResult] = []
+
+    async def follow(handle: tether.RunHandle[Any]) -> None:
+        results.append(await handle.result())
+        ends.append(anyio.current_time())
+
+    async with hosts(ledger, limits, n_hosts, SWEEP_LATENCY_S) as (rts, slices):
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(n_runs):
+                    tg.start_soon(follow, rts[i % n_hosts].start(agent, f"question {i}"))
+    status = ledger.status()
+    assert len(results) == n_runs
+    for result in results:
+        assert_consistent(result)  # one RunFinished, usage = its charges
+    spent = sum(r.usage.total_tokens for r in results)
+    assert status.used_tokens == spent
+    crossings = sum(s.statistics().crossings for s in slices)
+    assert spent <= ceiling + crossings * max_input(results)
+    ended = [r for r in results if r.termination is tether.Termination.TOKEN_CEILING]
+    assert {r.termination for r in results} <= {
+        tether.Termination.TOKEN_CEILING,
+        tether.Termination.ANSWERED,
+        tether.Termination.MAX_CONTINUES,
+    }
+    if share <= 0.5:
+        assert ended
+    if share >= 1.5:
+        assert not ended
+        assert {r.termination for r in results} == {tether.Termination.ANSWERED}
+    if ended:
+        assert status.dry_since is not None
+        assert min(ENDS) >= ceiling  # none ended while budget was left anywhere
+        if timed:
+            call_s = SWEEP_CHUNKS * SWEEP_CHUNK_S
+            bound = max(call_s, SWEEP_POLL_S) + 2 * SWEEP_LATENCY_S
+            assert max(ends) - status.dry_since <= bound + 0.01
+
+
+@pytest.mark.parametrize(
+    ("n_hosts", "n_runs", "share"),
+    [
+        (2, 100, 0.1),
+        pytest.param(4, 100, 2.0, marks=pytest.mark.slow),
+        pytest.param(2, 100, 0.5, marks=pytest.mark.slow),
+        pytest.param(2, 200, 1.0, marks=pytest.mark.slow),
+        pytest.param(4, 400, 0.1, marks=pytest.mark.slow),
+        pytest.param(4, 400, 0.5, marks=pytest.mark.slow),
+        pytest.param(4, 200, 1.0, marks=pytest.mark.slow),
+        pytest.param(2, 400, 2.0, marks=pytest.mark.slow),
+    ],
+)
+@AUTOJUMP
+async def test_every_run_ends_within_the_bound_whatever_the_budget(
+    n_hosts: int, n_runs: int, share: float, watched: list[int]
+) -> None:
+    """Issue 28: 2 and 4 hosts, 100 to 400 runs, budgets of 10% to 200% of the demand,
+    a usage report every 4 tokens (a virtual clock: the bound is checked exactly)."""
+    await _sweep(n_hosts, n_runs, share, timed=True)
+
+
+async def test_a_dry_fleet_ends_every_run_on_both_backends(watched: list[int]) -> None:
+    """The issue's case in one process, on the real clock of each backend: 2 hosts, 100
+    runs, a budget of a fifth of their demand."""
+    await _sweep(2, 100, 0.2, timed=False)
