@@ -52,9 +52,22 @@ unheld). So no run ends on the fleet's ceiling while any host still holds
 budget, held or not: a call that finds nothing waits, as on one Runtime it
 waits while other calls hold the rest. When a run ends on the ceiling, the
 fleet has spent its whole token ceiling; for cost, each host may keep less
-than the price of one output token (it cannot buy one). The price of this:
-a live host that stops answering (and is not forgotten) keeps the others'
-last calls waiting, not ended; their deadlines still apply.
+than the price of one output token (it cannot buy one). A host that learnt
+the ledger is dry while its calls still held their slice reports what they
+spent when they end, unasked (its keeper wakes at the next charge or
+release), so the ledger does go dry.
+
+**Nothing waits forever (the lease).** With ``lease_s`` (the ledger's and
+each slice's; ``RayRuntime`` passes its own), a host holding a grant it has
+not reported spent calls the ledger at least every ``lease_s / 3``; the
+ledger forgets a host that holds a grant and has been silent for
+``lease_s`` (a host stopped, or cut off by the network: its grant is
+written off as spent, as a dead host's), at the next call of any host; and
+a host the ledger has not answered for ``lease_s`` counts the budget as
+spent (*cut off*) until it answers again. So once the budget is spent, a
+run that needs more ends within ``poll_s`` and one round trip (a host with
+a waiting call asks every ``poll_s``) after the ledger can say so, and a
+silent host delays that by at most its lease.
 
 **The bound.** The ledger never lets the hosts' grants add up to more than
 the ceiling (a grant is only made within ``ceiling − Σ max(granted, reported
@@ -898,8 +911,9 @@ def slice_of(
     something to say, ``idle_poll_s`` while it only holds unheld room before
     the fleet is short (see :meth:`SlicedBudget._poll_in`). ``lease_s``: the
     host's lease with its ledger (see :attr:`SlicedBudget.lease_s`; use the
-    ledger's ``lease_s``), ``None`` for none: then a call may wait for a
-    ledger out of reach for as long as it is.
+    ledger's ``lease_s``; ``share_budget`` leaves the default, set
+    ``lease_s`` on the slice it returns to change it), ``None`` for none:
+    then a call may wait for a ledger out of reach for as long as it is.
     """
     if not isinstance(limits, Limits):
         raise TypeError(f"share_budget(limits=...) must be a tether.Limits, got {limits!r}")

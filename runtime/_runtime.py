@@ -718,17 +718,11 @@ class Runtime:
             self._services.pause_gate(key, seconds)
 
     def share_budget(
-        self,
-        link: LedgerLink,
-        limits: Limits,
-        *,
-        poll_s: float = 0.05,
-        idle_poll_s: float = 1.0,
-        lease_s: float | None = 30.0,
+        self, link: LedgerLink, limits: Limits, *, poll_s: float = 0.05, idle_poll_s: float = 1.0
     ) -> SlicedBudget:
         """Make this Runtime (not yet entered) spend from a fleet's budget through
         ``link`` (see :mod:`tether.runtime` on fleet budgets and
-        :class:`~tether.runtime.SlicedBudget` for ``poll_s``/``idle_poll_s``/``lease_s``)."""
+        :class:`~tether.runtime.SlicedBudget` for ``poll_s``/``idle_poll_s``)."""
         if self._tg is not None:
             raise RuntimeError("share_budget() before entering the Runtime")
         if self._budget is not None:
@@ -736,9 +730,7 @@ class Runtime:
                 "this Runtime has a budget of its own (Runtime(limits=...)): a host of a fleet "
                 "takes its budget from the fleet's ledger"
             )
-        self._budget = slice_of(
-            link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s, lease_s=lease_s
-        )
+        self._budget = slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
         return self._budget
 
     def _forget(self, run_id: str) -> None:

@@ -622,9 +622,10 @@ async def test_a_silent_host_is_written_off_after_its_lease_and_waits_no_longer_
     links = [Partitioned(ledger, f"host-{i}", latency_s=0.005) for i in range(2)]
     rts = [tether.Runtime() for _ in links]
     slices = [
-        rt.share_budget(link, limits, poll_s=poll, lease_s=lease)
-        for rt, link in zip(rts, links, strict=True)
+        rt.share_budget(link, limits, poll_s=poll) for rt, link in zip(rts, links, strict=True)
     ]
+    for budget in slices:
+        budget.lease_s = lease
     FLEET[:] = slices
     long = tether.Limits(max_continues=20, max_steps=20)
 

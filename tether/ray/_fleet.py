@@ -81,7 +81,9 @@ def join_budget(
 ) -> SlicedBudget:
     """Make ``rt`` (not entered yet) spend the fleet's budget, as ``owner``, with the
     fleet's lease (the ledger's)."""
-    return rt.share_budget(RayLedgerLink(coordinator, owner), limits, lease_s=lease_s)
+    budget = rt.share_budget(RayLedgerLink(coordinator, owner), limits)
+    budget.lease_s = lease_s
+    return budget
 
 
 __all__ = ["Coordinator", "RayLedgerLink", "join_budget"]
