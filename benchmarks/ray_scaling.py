@@ -10,7 +10,7 @@ Runtime in a Ray worker process of its own). It reports rounds/s (best of
 latency of one small run (R=2: one tool call, then the answer), the median of
 ``--latency-runs`` runs one after the other.
 
-Then **what a run costs in Ray calls** (``--calls-only`` measures only this): on
+With ``--calls``, then **what a run costs in Ray calls** (``--calls-only``: only this): on
 fleets of 1, 2 and 4 hosts, ``--runs`` runs started at once (R rounds each), the
 Ray actor calls the caller makes, by method (counted in this process at
 ``ActorMethod.remote``), per run and per round: once collecting results only,
@@ -221,7 +221,7 @@ async def _count_batch(fleet: Any, agent: tether.Agent, plan: Plan, hosts: int, 
     with counting_ray_calls() as counts:
         began = time.perf_counter()
         handles = [fleet.start(agent, w.QUESTION, host=i % hosts) for i in range(plan.runs)]
-        if mode != "result()":
+        if mode.startswith("events"):
             async with anyio.create_task_group() as tg:
                 for handle in handles:
 
@@ -315,7 +315,7 @@ def _init_ray(address: str | None) -> None:
         "runtime_env": {"env_vars": {"PYTHONPATH": path}},
     }
     if address is None:
-        kwargs["num_cpus"] = max(2, os.cpu_count() or 1)
+        kwargs["num_cpus"] = max(max(CALL_FLEETS), os.cpu_count() or 1)  # logical: a host asks one
     else:
         kwargs["address"] = address
     ray.init(**kwargs)
@@ -380,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--address", help="a running Ray cluster (default: start a local one)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
     parser.add_argument(
+        "--calls", action="store_true", help="also count the Ray calls per run and round"
+    )
+    parser.add_argument(
         "--calls-only", action="store_true", help="only count the Ray calls per run and round"
     )
     args = parser.parse_args(argv)
@@ -405,7 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.calls_only:
             sides, bare_ms = anyio.run(measure, plan, args.address, backend=args.backend)
-        calls = anyio.run(count_calls, plan, backend=args.backend)
+        calls: list[Calls] = []
+        if args.calls or args.calls_only:
+            calls = anyio.run(count_calls, plan, backend=args.backend)
     finally:
         ray.shutdown()
     elapsed = time.perf_counter() - started
@@ -422,13 +427,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "on asyncio; runs go to the hosts round-robin; the caller loads every result from "
             "JSON.\n"
         )
-    print("### What a run costs in Ray calls\n")
-    print(calls_table(calls))
-    print(
-        "\nThe caller's calls to the hosts, counted at ActorMethod.remote in this process; "
-        "with limits=, plus the hosts' calls to the ledger (their slices' takes and "
-        "give-backs). The monitor's calls (info, spent) do not grow with the runs."
-    )
+    if calls:
+        print("### What a run costs in Ray calls\n")
+        print(calls_table(calls))
+        print(
+            "\nThe caller's calls to the hosts, counted at ActorMethod.remote in this process; "
+            "with limits=, plus the hosts' calls to the ledger (their slices' takes and "
+            "give-backs). The monitor's calls (info, spent) do not grow with the runs.\n"
+        )
     problems = [p for s in sides for p in s.problems]
     if problems:
         print("\n**verification FAILED**\n")
