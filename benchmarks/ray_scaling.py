@@ -47,6 +47,7 @@ import anyio
 import attrs
 
 import tether
+from tether.providers import ModelSettings
 
 from . import _workload as w
 
@@ -220,7 +221,14 @@ class Calls:
 async def _count_batch(fleet: Any, agent: tether.Agent, plan: Plan, hosts: int, mode: str) -> Calls:
     with counting_ray_calls() as counts:
         began = time.perf_counter()
-        handles = [fleet.start(agent, w.QUESTION, host=i % hosts) for i in range(plan.runs)]
+        # With a budget, a max_tokens of the run's own, as the HTTP providers have one: a
+        # call with none wants a whole slice of the ledger (a burst of them marks the
+        # fleet short, and calls are cut to what room their host has).
+        settings = ModelSettings(max_tokens=256) if mode == "budget" else None
+        handles = [
+            fleet.start(agent, w.QUESTION, host=i % hosts, settings=settings)
+            for i in range(plan.runs)
+        ]
         if mode.startswith("events"):
             async with anyio.create_task_group() as tg:
                 for handle in handles:
