@@ -114,7 +114,14 @@ async def test_a_fleet_budget_ends_every_run_whatever_its_size(
     if ended:
         dry_since = budget.ledger["dry_since"]
         assert dry_since is not None  # the ledger's clock: this machine's monotonic one
-        assert max(ends) - dry_since <= CALL_S + 10.0
+        # When each run ended on its host (RunFinished.at, wall clock), on that clock.
+        wall = time.time() - time.monotonic()
+        on_hosts = [r.events[-1].at - wall for r in results]
+        assert max(on_hosts) - dry_since <= CALL_S + 5.0
+        print(
+            f"last end: {max(on_hosts) - dry_since:+.2f} s on its host, "
+            f"{max(ends) - dry_since:+.2f} s at the caller, after the ledger went dry"
+        )
         for result in ended:
             hits = [e for e in result.events if isinstance(e, ev.CeilingHit)]
             assert [(h.ceiling, h.limit) for h in hits] == [("runtime.max_total_tokens", ceiling)]
