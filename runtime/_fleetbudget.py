@@ -600,6 +600,8 @@ class SlicedBudget(Budget):
     _nudged: anyio.Event | None = attrs.field(default=None, repr=False, eq=False)
     #: The keeper waits with nothing to say: the next charge or release may give it news.
     _idle: bool = False
+    #: Nudges by calls (a wake by a charge or a release is not one).
+    _nudges: int = 0
     _keeper: anyio.CancelScope | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
@@ -701,6 +703,10 @@ class SlicedBudget(Budget):
                 self._wanting_tokens, self._wanting_cost = 0, 0.0
 
     def _nudge(self) -> None:
+        self._nudges += 1
+        self._wake_keeper()
+
+    def _wake_keeper(self) -> None:
         if self._nudged is not None:
             self._nudged.set()
 
@@ -708,7 +714,7 @@ class SlicedBudget(Budget):
         """A charge or a release: news for a keeper that had none (see ``_wait_for_reason``)."""
         if self._idle:
             self._idle = False
-            self._nudge()
+            self._wake_keeper()
 
     # ------------------------------------------------------- the keeper
 
@@ -756,13 +762,14 @@ class SlicedBudget(Budget):
                 with anyio.move_on_after(interval):
                     await nudged.wait()
                 break
+            nudges = self._nudges
             self._idle = True
             try:
                 await nudged.wait()
             finally:
-                woken_by_change, self._idle = not self._idle, False
-            if not woken_by_change:
-                break  # a call nudged: contact now
+                self._idle = False
+            if self._nudges != nudges:
+                break  # a call nudged (maybe beside a charge): contact now
             self._nudged = anyio.Event()  # news, maybe: look again
         self._nudged = anyio.Event()
 
