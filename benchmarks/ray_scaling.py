@@ -10,6 +10,15 @@ Runtime in a Ray worker process of its own). It reports rounds/s (best of
 latency of one small run (R=2: one tool call, then the answer), the median of
 ``--latency-runs`` runs one after the other.
 
+With ``--calls``, then **what a run costs in Ray calls** (``--calls-only``: only this): on
+fleets of 1, 2 and 4 hosts, ``--runs`` runs started at once (R rounds each), the
+Ray actor calls the caller makes, by method (counted in this process at
+``ActorMethod.remote``), per run and per round: once collecting results only,
+once also following every run's events (``events()``); and the calls the
+hosts make to the budget's ledger with a ``limits=`` budget the runs never
+reach. The monitor's calls (``info``, ``spent``: ``hosts + 1`` every
+``MONITOR_S``, whatever the runs) are counted apart, per second.
+
 The runs go to the hosts round-robin (``start(..., host=i % hosts)``), so the
 measure is of the hosts' capacity, not of the placement. The caller (this
 process) gets every run's result as JSON and loads it, as any caller does.
@@ -22,13 +31,14 @@ timing). One local Ray cluster serves every side; it is started here unless
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,6 +47,7 @@ import anyio
 import attrs
 
 import tether
+from tether.providers import ModelSettings
 
 from . import _workload as w
 
@@ -158,6 +169,149 @@ async def measure(plan: Plan, address: str | None) -> tuple[list[Side], float]:
     return sides, await _bare_call_ms(plan.latency_runs)
 
 
+#: The fleet sizes whose Ray calls are counted.
+CALL_FLEETS = (1, 2, 4)
+#: The caller's calls that come from its monitor (time-driven, not per run).
+MONITOR_CALLS = frozenset({"info", "spent", "join"})
+
+
+@contextlib.contextmanager
+def counting_ray_calls() -> Iterator[collections.Counter[str]]:
+    """Count the Ray actor calls this process makes, by method, while inside."""
+    from ray.actor import ActorMethod
+
+    counts: collections.Counter[str] = collections.Counter()
+    original = ActorMethod.remote
+
+    def remote(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts[self._method_name] += 1
+        return original(self, *args, **kwargs)
+
+    ActorMethod.remote = remote  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        ActorMethod.remote = original  # type: ignore[method-assign]
+
+
+@attrs.frozen(kw_only=True)
+class Calls:
+    """The Ray calls of one batch of runs on one fleet."""
+
+    hosts: int
+    mode: str
+    runs: int
+    rounds: int
+    #: The caller's calls by method, the monitor's left out.
+    by_method: dict[str, int]
+    #: The monitor's calls per second of the batch.
+    monitor_per_s: float
+    #: The hosts' calls to the ledger (takes and give-backs), with a budget.
+    ledger: int | None = None
+
+    @property
+    def per_run(self) -> float:
+        return (sum(self.by_method.values()) + (self.ledger or 0)) / self.runs
+
+    @property
+    def per_round(self) -> float:
+        return self.per_run / self.rounds
+
+
+async def _count_batch(fleet: Any, agent: tether.Agent, plan: Plan, hosts: int, mode: str) -> Calls:
+    with counting_ray_calls() as counts:
+        began = time.perf_counter()
+        # With a budget, a max_tokens of the run's own, as the HTTP providers have one: a
+        # call with none wants a whole slice of the ledger (a burst of them marks the
+        # fleet short, and calls are cut to what room their host has).
+        settings = ModelSettings(max_tokens=256) if mode == "budget" else None
+        handles = [
+            fleet.start(agent, w.QUESTION, host=i % hosts, settings=settings)
+            for i in range(plan.runs)
+        ]
+        if mode.startswith("events"):
+            async with anyio.create_task_group() as tg:
+                for handle in handles:
+
+                    async def drain(handle: Any = handle) -> None:
+                        async for _ in handle.events():
+                            pass
+
+                    tg.start_soon(drain)
+        for handle in handles:
+            result = await handle.result()
+            problem = w.check_answered(result, plan.rounds)
+            if problem is not None:
+                raise RuntimeError(f"{hosts} hosts, {mode}: {problem}")
+        elapsed = time.perf_counter() - began
+        ledger = None
+        budget = await fleet.budget()
+    by_method = {k: v for k, v in counts.items() if k not in MONITOR_CALLS and k != "status"}
+    monitor = sum(v for k, v in counts.items() if k in MONITOR_CALLS)
+    if budget is not None:
+        by_method.pop("budget", None)
+        ledger = sum(h["takes"] + h["give_backs"] for h in budget.hosts if h is not None)
+    return Calls(
+        hosts=hosts,
+        mode=mode,
+        runs=plan.runs,
+        rounds=plan.rounds,
+        by_method=dict(sorted(by_method.items())),
+        monitor_per_s=monitor / elapsed,
+        ledger=ledger,
+    )
+
+
+async def count_calls(plan: Plan) -> list[Calls]:
+    """The Ray calls per run and per round on fleets of 1, 2 and 4 hosts (see the module)."""
+    from tether.ray import RayRuntime
+
+    agent = w.agent(plan.rounds, 0.0)
+    out: list[Calls] = []
+    for hosts in CALL_FLEETS:
+        for limits in (None, tether.Limits(max_total_tokens=10**12)):
+            async with RayRuntime(
+                hosts=hosts, provider_concurrency=max(64, plan.runs), limits=limits
+            ) as fleet:
+                for i in range(hosts):  # the agent shipped everywhere, outside the count
+                    await fleet.start(agent, w.QUESTION, host=i).result()
+                modes = ("result()", "events() + result()") if limits is None else ("budget",)
+                for mode in modes:
+                    out.append(await _count_batch(fleet, agent, plan, hosts, mode))
+    return out
+
+
+def calls_table(calls: Sequence[Calls]) -> str:
+    rows = [
+        [
+            "hosts",
+            "runs at once, R",
+            "what the caller does",
+            "Ray calls per run",
+            "per round",
+            "by method (whole batch)",
+            "monitor calls/s",
+        ],
+        ["---"] * 7,
+    ]
+    for c in calls:
+        methods = ", ".join(f"{k} {v}" for k, v in c.by_method.items())
+        if c.ledger is not None:
+            methods += f"; hosts → ledger {c.ledger}"
+        rows.append(
+            [
+                str(c.hosts),
+                f"{c.runs:,}, R={c.rounds}",
+                c.mode if c.ledger is None else "result(), limits= (never reached)",
+                f"{c.per_run:.2f}",
+                f"{c.per_round:.2f}",
+                methods,
+                f"{c.monitor_per_s:.1f}",
+            ]
+        )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def _init_ray(address: str | None) -> None:
     import ray
 
@@ -169,7 +323,7 @@ def _init_ray(address: str | None) -> None:
         "runtime_env": {"env_vars": {"PYTHONPATH": path}},
     }
     if address is None:
-        kwargs["num_cpus"] = max(2, os.cpu_count() or 1)
+        kwargs["num_cpus"] = max(max(CALL_FLEETS), os.cpu_count() or 1)  # logical: a host asks one
     else:
         kwargs["address"] = address
     ray.init(**kwargs)
@@ -233,6 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--address", help="a running Ray cluster (default: start a local one)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
+    parser.add_argument(
+        "--calls", action="store_true", help="also count the Ray calls per run and round"
+    )
+    parser.add_argument(
+        "--calls-only", action="store_true", help="only count the Ray calls per run and round"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     given = {
@@ -251,8 +411,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.perf_counter()
     _init_ray(args.address)
+    sides: list[Side] = []
+    bare_ms = 0.0
     try:
-        sides, bare_ms = anyio.run(measure, plan, args.address, backend=args.backend)
+        if not args.calls_only:
+            sides, bare_ms = anyio.run(measure, plan, args.address, backend=args.backend)
+        calls: list[Calls] = []
+        if args.calls or args.calls_only:
+            calls = anyio.run(count_calls, plan, backend=args.backend)
     finally:
         ray.shutdown()
     elapsed = time.perf_counter() - started
@@ -262,11 +428,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"## tether over Ray: scaling — {mode}\n")
     print(f"`{command}` · caller on {args.backend}\n")
     print(_versions() + f" · took {elapsed:.0f} s\n")
-    print(table(plan, sides, bare_ms))
-    print(
-        "\nEach RayRuntime host is a Ray actor (its own process) running a tether Runtime on "
-        "asyncio; runs go to the hosts round-robin; the caller loads every result from JSON."
-    )
+    if sides:
+        print(table(plan, sides, bare_ms))
+        print(
+            "\nEach RayRuntime host is a Ray actor (its own process) running a tether Runtime "
+            "on asyncio; runs go to the hosts round-robin; the caller loads every result from "
+            "JSON.\n"
+        )
+    if calls:
+        print("### What a run costs in Ray calls\n")
+        print(calls_table(calls))
+        print(
+            "\nThe caller's calls to the hosts, counted at ActorMethod.remote in this process; "
+            "with limits=, plus the hosts' calls to the ledger (their slices' takes and "
+            "give-backs). The monitor's calls (info, spent) do not grow with the runs.\n"
+        )
     problems = [p for s in sides for p in s.problems]
     if problems:
         print("\n**verification FAILED**\n")

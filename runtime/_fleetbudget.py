@@ -52,9 +52,22 @@ unheld). So no run ends on the fleet's ceiling while any host still holds
 budget, held or not: a call that finds nothing waits, as on one Runtime it
 waits while other calls hold the rest. When a run ends on the ceiling, the
 fleet has spent its whole token ceiling; for cost, each host may keep less
-than the price of one output token (it cannot buy one). The price of this:
-a live host that stops answering (and is not forgotten) keeps the others'
-last calls waiting, not ended; their deadlines still apply.
+than the price of one output token (it cannot buy one). A host that learnt
+the ledger is dry while its calls still held their slice reports what they
+spent when they end, unasked (its keeper wakes at the next charge or
+release), so the ledger does go dry.
+
+**Nothing waits forever (the lease).** With ``lease_s`` (the ledger's and
+each slice's; ``RayRuntime`` passes its own), a host holding a grant it has
+not reported spent calls the ledger at least every ``lease_s / 3``; the
+ledger forgets a host that holds a grant and has been silent for
+``lease_s`` (a host stopped, or cut off by the network: its grant is
+written off as spent, as a dead host's), at the next call of any host; and
+a host the ledger has not answered for ``lease_s`` counts the budget as
+spent (*cut off*) until it answers again. So once the budget is spent, a
+run that needs more ends within ``poll_s`` and one round trip (a host with
+a waiting call asks every ``poll_s``) after the ledger can say so, and a
+silent host delays that by at most its lease.
 
 **The bound.** The ledger never lets the hosts' grants add up to more than
 the ceiling (a grant is only made within ``ceiling − Σ max(granted, reported
@@ -85,6 +98,8 @@ dry, so a host restarted under the same id must use a new owner id.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 import anyio
@@ -158,6 +173,10 @@ class LedgerStatus:
     lost_cost_usd: float
     short: bool
     hosts: dict[str, HostShare]
+    #: Hosts forgotten because they held a grant and were silent for a lease.
+    written_off: int = 0
+    #: When the ledger first answered that the budget is spent (its clock), or ``None``.
+    dry_since: float | None = None
 
 
 # ------------------------------------------------------------------ the ledger
@@ -171,6 +190,9 @@ class _Share:
     used_cost: float = 0.0
     unpriced: int = 0
 
+    #: When the host last called (the ledger's clock).
+    seen: float = 0.0
+
     def report(self, spent: Spent) -> None:
         # Monotonic: a late report (messages may cross) never takes back spend.
         self.used_tokens = max(self.used_tokens, spent.tokens)
@@ -182,6 +204,13 @@ class _Share:
 
     def committed_cost(self) -> float:
         return max(self.granted_cost, self.used_cost)
+
+    def holds_grant(self) -> bool:
+        """It was granted more than it reported used: it may be spending it now."""
+        return (
+            self.granted_tokens > self.used_tokens
+            or self.granted_cost > self.used_cost + EPSILON_USD
+        )
 
 
 @attrs.define(kw_only=True)
@@ -197,6 +226,14 @@ class BudgetLedger:
     ceiling because of a grant (a late report of crossing input may).
     ``hosts`` sizes the slices (see the module docstring); the owners are
     whatever strings the hosts call with.
+
+    ``lease_s``: a host that holds a grant it has not reported spent and has
+    not called for this long is forgotten (its grant written off as spent, as
+    for a dead host) at the next call of any host: a host alive but out of
+    reach (stopped, partitioned) cannot keep the others from learning that
+    the budget is spent. Hosts holding a grant call at least every third of
+    it (:class:`SlicedBudget` ``lease_s``). ``None``: never. ``clock`` is
+    the ledger's own (one clock, wherever the hosts are).
     """
 
     max_total_tokens: int | None = None
@@ -210,7 +247,12 @@ class BudgetLedger:
     _dead_used_tokens: int = 0
     _dead_used_cost: float = 0.0
     _dead_unpriced: int = 0
-    _forgotten: set[str] = attrs.field(factory=set)
+    #: Forgotten hosts, with their share when forgotten (a late report still counts).
+    _forgotten: dict[str, _Share] = attrs.field(factory=dict)
+    lease_s: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    _written_off: int = 0
+    _dry_since: float | None = None
 
     def __attrs_post_init__(self) -> None:
         tokens, cost = self.max_total_tokens, self.max_cost_usd
@@ -222,6 +264,8 @@ class BudgetLedger:
             raise ValueError("BudgetLedger needs max_total_tokens or max_cost_usd")
         if not isinstance(self.hosts, int) or self.hosts < 1:
             raise ValueError(f"BudgetLedger(hosts=...) must be a positive int: {self.hosts!r}")
+        if self.lease_s is not None and not self.lease_s > 0:
+            raise ValueError(f"BudgetLedger(lease_s=...) must be > 0 or None: {self.lease_s!r}")
 
     # ------------------------------------------------------------ the calls
 
@@ -233,8 +277,8 @@ class BudgetLedger:
         (its debt included); zero for both is a report that only asks for news.
         """
         if owner in self._forgotten:
-            return self._answer(owner, 0, 0.0, dry=True)
-        share = self._shares.setdefault(owner, _Share())
+            return self._late(owner, 0, 0.0, used)
+        share = self._met(owner)
         share.report(used)
         tokens = self._grant_tokens(owner, share, max(0, want_tokens))
         cost = self._grant_cost(owner, share, max(0.0, want_cost_usd))
@@ -250,8 +294,8 @@ class BudgetLedger:
     def give_back(self, owner: str, tokens: int, cost_usd: float, used: Spent) -> Grant:
         """``owner`` returns room it does not hold (already taken off its own slice)."""
         if owner in self._forgotten:
-            return self._answer(owner, 0, 0.0, dry=True)
-        share = self._shares.setdefault(owner, _Share())
+            return self._late(owner, tokens, cost_usd, used)
+        share = self._met(owner)
         share.report(used)
         share.granted_tokens -= min(max(0, tokens), share.granted_tokens)
         share.granted_cost = max(0.0, share.granted_cost - max(0.0, cost_usd))
@@ -262,21 +306,55 @@ class BudgetLedger:
 
         Conservative: the host may have spent its whole grant before it died
         (and its runs resume elsewhere, charging their new host). An owner
-        forgotten is answered dry if it ever calls again.
+        forgotten is answered dry if it ever calls again; what it reports then
+        still counts (it moves from lost to used, and what it gives back
+        leaves the lost), so a host written off while alive but silent keeps
+        the ledger's account exact.
         """
-        share = self._shares.pop(owner, None)
-        self._forgotten.add(owner)
-        if share is None:
+        if owner in self._forgotten:
             return
-        self._lost_tokens += max(0, share.granted_tokens - share.used_tokens)
-        self._lost_cost += max(0.0, share.granted_cost - share.used_cost)
-        self._dead_used_tokens += share.used_tokens
-        self._dead_used_cost += share.used_cost
-        self._dead_unpriced += share.unpriced
+        share = self._shares.pop(owner, None) or _Share()
+        self._forgotten[owner] = share
+        self._count_dead(share, 1)
+
+    def _count_dead(self, share: _Share, sign: int) -> None:
+        self._lost_tokens += sign * max(0, share.granted_tokens - share.used_tokens)
+        self._lost_cost += sign * max(0.0, share.granted_cost - share.used_cost)
+        self._dead_used_tokens += sign * share.used_tokens
+        self._dead_used_cost += sign * share.used_cost
+        self._dead_unpriced += sign * share.unpriced
+
+    def _late(self, owner: str, tokens: int, cost_usd: float, used: Spent) -> Grant:
+        """A forgotten host calls: its report counts, what it gives back is free; dry."""
+        share = self._forgotten[owner]
+        self._count_dead(share, -1)
+        share.report(used)
+        share.granted_tokens -= min(max(0, tokens), share.granted_tokens)
+        share.granted_cost = max(0.0, share.granted_cost - max(0.0, cost_usd))
+        self._count_dead(share, 1)
+        return self._answer(owner, 0, 0.0, dry=True)
+
+    def _met(self, owner: str) -> _Share:
+        """``owner``'s share, as it calls now; hosts silent past their lease are forgotten."""
+        now = self.clock()
+        share = self._shares.setdefault(owner, _Share())
+        share.seen = now  # it calls: it is not silent
+        self._expire(now)
+        return share
+
+    def _expire(self, now: float) -> None:
+        lease = self.lease_s
+        if lease is None:
+            return
+        for owner, share in list(self._shares.items()):
+            if share.holds_grant() and now - share.seen > lease:
+                self._written_off += 1
+                self.forget(owner)
 
     def dry(self) -> bool:
         """Nothing unallocated and nothing left on any host: a new run cannot be served
         (``RayRuntime.start`` raises ``BudgetExhausted``)."""
+        self._expire(self.clock())
         return self._answer("", 0, 0.0).dry
 
     def status(self) -> LedgerStatus:
@@ -293,6 +371,8 @@ class BudgetLedger:
             lost_tokens=self._lost_tokens,
             lost_cost_usd=self._lost_cost,
             short=self.short,
+            written_off=self._written_off,
+            dry_since=self._dry_since,
             hosts={
                 owner: HostShare(
                     granted_tokens=s.granted_tokens,
@@ -386,6 +466,8 @@ class BudgetLedger:
             dry = dry_tokens or dry_cost
         status_tokens = self._dead_used_tokens + sum(s.used_tokens for s in self._shares.values())
         status_cost = self._dead_used_cost + sum(s.used_cost for s in self._shares.values())
+        if dry and owner not in self._forgotten and self._dry_since is None:
+            self._dry_since = self.clock()
         pad = 0
         if self.max_total_tokens is not None and free_tokens is not None:
             pad = self._pad_tokens(max(0, free_tokens))
@@ -458,6 +540,8 @@ class SliceStatistics:
     crossings: int
     short: bool
     dry: bool
+    #: The ledger has not answered for a lease: the host counts the budget as spent.
+    cut_off: bool = False
 
 
 @attrs.define(kw_only=True)
@@ -478,8 +562,17 @@ class SlicedBudget(Budget):
     poll_s: float = 0.05
     #: How often a host with unheld room asks for news before the fleet is short.
     idle_poll_s: float = 1.0
-    #: How long one contact with the ledger may take before its answer is given up.
+    #: How long one contact with the ledger may take before its answer is given up
+    #: (no more than a third of ``lease_s``).
     contact_timeout_s: float = 10.0
+    #: The host's lease with its ledger (``None``: none). While it holds a grant it has
+    #: not reported spent, it calls at least every ``lease_s / 3`` (the ledger forgets a
+    #: host silent for ``lease_s``: ``BudgetLedger.lease_s``); once the ledger has not
+    #: answered for ``lease_s``, it counts the fleet's budget as spent (*cut off*):
+    #: its runs spend what its slice holds, then end on the ceiling, until the
+    #: ledger answers again. So no call waits for a grant forever.
+    lease_s: float | None = None
+    cut_off: bool = False
     fleet_max_tokens: int | None = None
     fleet_max_cost: float | None = None
     short: bool = False
@@ -499,9 +592,16 @@ class SlicedBudget(Budget):
     _wanting_tokens: int = 0
     _wanting_cost: float = 0.0
     _reported: Spent = attrs.field(factory=Spent)
+    #: When the ledger last answered (or the keeper started), and when it was last asked.
+    _answered_at: float = 0.0
+    _asked_at: float = 0.0
     _over: int = 0
     _over_cost: float = 0.0
     _nudged: anyio.Event | None = attrs.field(default=None, repr=False, eq=False)
+    #: The keeper waits with nothing to say: the next charge or release may give it news.
+    _idle: bool = False
+    #: Nudges by calls (a wake by a charge or a release is not one).
+    _nudges: int = 0
     _keeper: anyio.CancelScope | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
@@ -521,6 +621,7 @@ class SlicedBudget(Budget):
             crossings=self.crossings,
             short=self.short,
             dry=self.dry,
+            cut_off=self.cut_off,
         )
 
     # ------------------------------------------------------- budget overrides
@@ -530,8 +631,13 @@ class SlicedBudget(Budget):
         tokens, cost = self._room()
         return max(0, -tokens), max(0.0, -cost)
 
+    def charge(self, tokens: int, cost_usd: float | None) -> None:
+        super().charge(tokens, cost_usd)
+        self._changed()
+
     def unhold(self, tokens: int, cost: float) -> None:
         super().unhold(tokens, cost)
+        self._changed()
         # A release lowers the excess: a charge that raises it again crosses again.
         tokens_over, cost_over = self._excess()
         self._over = min(self._over, tokens_over)
@@ -597,14 +703,25 @@ class SlicedBudget(Budget):
                 self._wanting_tokens, self._wanting_cost = 0, 0.0
 
     def _nudge(self) -> None:
+        self._nudges += 1
+        self._wake_keeper()
+
+    def _wake_keeper(self) -> None:
         if self._nudged is not None:
             self._nudged.set()
+
+    def _changed(self) -> None:
+        """A charge or a release: news for a keeper that had none (see ``_wait_for_reason``)."""
+        if self._idle:
+            self._idle = False
+            self._wake_keeper()
 
     # ------------------------------------------------------- the keeper
 
     def bind(self, tg: TaskGroup) -> None:
         self._nudged = anyio.Event()
         self._keeper = anyio.CancelScope()
+        self._answered_at = anyio.current_time()
         tg.start_soon(self._keep, name="tether-fleet-budget")
 
     def close(self) -> None:
@@ -626,16 +743,34 @@ class SlicedBudget(Budget):
                     await anyio.sleep(self.poll_s)
 
     async def _wait_for_reason(self) -> None:
-        """Until a call nudges, or a poll is due (see the module docstring)."""
-        nudged = self._nudged
-        assert nudged is not None
-        if not nudged.is_set():
+        """Until a call nudges, or a poll is due (see the module docstring).
+
+        With nothing to say (``_poll_in`` is ``None``) the keeper waits for a
+        call's nudge, or for the next charge or release, after which it looks
+        again: a host that learnt the ledger is dry while its calls still held
+        their slice must report what they spent when they end, unasked, or the
+        ledger never sees that host's grant spent and the others' last calls
+        wait for it forever (issue 28).
+        """
+        while True:
+            nudged = self._nudged
+            assert nudged is not None
+            if nudged.is_set():
+                break
             interval = self._poll_in()
-            if interval is None:
-                await nudged.wait()
-            else:
+            if interval is not None:
                 with anyio.move_on_after(interval):
                     await nudged.wait()
+                break
+            nudges = self._nudges
+            self._idle = True
+            try:
+                await nudged.wait()
+            finally:
+                self._idle = False
+            if self._nudges != nudges:
+                break  # a call nudged (maybe beside a charge): contact now
+            self._nudged = anyio.Event()  # news, maybe: look again
         self._nudged = anyio.Event()
 
     def _room(self) -> tuple[int, float]:
@@ -661,8 +796,25 @@ class SlicedBudget(Budget):
         only when every host reported it has nothing left); now and then
         (``idle_poll_s``) with either of those before it knows the fleet is
         short, to learn that it is (a host that spent its slice to the last
-        token and went quiet would keep the others waiting).
+        token and went quiet would keep the others waiting). With a lease,
+        at least every ``lease_s / 3`` while it holds a grant it has not
+        reported spent, and every ``idle_poll_s`` while cut off.
         """
+        interval = self._news_in()
+        lease = self.lease_s
+        if lease is None:
+            return interval
+        if self.cut_off:
+            return self.idle_poll_s if interval is None else min(interval, self.idle_poll_s)
+        reported = self._reported
+        grant_tokens = self.max_total_tokens or 0
+        grant_cost = self.max_cost_usd or 0.0
+        if grant_tokens > reported.tokens or grant_cost > reported.cost_usd + EPSILON_USD:
+            beat = max(0.0, self._asked_at + lease / 3 - anyio.current_time())
+            interval = beat if interval is None else min(interval, beat)
+        return interval
+
+    def _news_in(self) -> float | None:
         tokens, cost = self._room()
         if not self.dry and (tokens < 0 or cost < -EPSILON_USD or self._waiting):
             return self.poll_s
@@ -703,8 +855,12 @@ class SlicedBudget(Budget):
                 self.max_cost_usd -= give_cost
             if give_tokens or give_cost > EPSILON_USD:
                 self.dry = False  # what it gives back is the fleet's again
+        timeout = self.contact_timeout_s
+        if self.lease_s is not None:
+            timeout = min(timeout, self.lease_s / 3)
+        self._asked_at = anyio.current_time()
         try:
-            with anyio.CancelScope(shield=True), anyio.fail_after(self.contact_timeout_s):
+            with anyio.CancelScope(shield=True), anyio.fail_after(timeout):
                 if give_tokens or give_cost:
                     self.give_backs += 1
                     grant = await self.link.give_back(give_tokens, give_cost, spent)
@@ -714,9 +870,17 @@ class SlicedBudget(Budget):
         except Exception:
             # The ledger is out of reach (a dead actor, a timeout). Not the runs'
             # failure: what was given back stays given (the ledger may count it
-            # twice, never zero times); calls that wait ask again later.
+            # twice, never zero times); calls that wait ask again later. Out of
+            # reach for a lease: the budget counts as spent here (cut off).
             self.link_errors += 1
-            return asking
+            lease = self.lease_s
+            silent = anyio.current_time() - self._answered_at
+            if lease is not None and silent >= lease and not self.cut_off:
+                self.cut_off = self.dry = True
+                self._wake()
+            return True
+        self._answered_at = anyio.current_time()
+        self.cut_off = False
         self._reported = spent
         if self.max_total_tokens is not None:
             self.max_total_tokens += grant.tokens
@@ -742,6 +906,7 @@ def slice_of(
     *,
     poll_s: float = 0.05,
     idle_poll_s: float = 1.0,
+    lease_s: float | None = 30.0,
 ) -> SlicedBudget:
     """A host's slice of a fleet's budget, reaching the ledger through ``link``
     (:meth:`tether.Runtime.share_budget` installs it in a Runtime not yet entered).
@@ -751,14 +916,18 @@ def slice_of(
     shows the host's slice: its grant so far as the ceilings, its own spend.
     ``poll_s`` is how often the host's keeper calls the ledger while it has
     something to say, ``idle_poll_s`` while it only holds unheld room before
-    the fleet is short (see :meth:`SlicedBudget._poll_in`).
+    the fleet is short (see :meth:`SlicedBudget._poll_in`). ``lease_s``: the
+    host's lease with its ledger (see :attr:`SlicedBudget.lease_s`; use the
+    ledger's ``lease_s``; ``share_budget`` leaves the default, set
+    ``lease_s`` on the slice it returns to change it), ``None`` for none:
+    then a call may wait for a ledger out of reach for as long as it is.
     """
     if not isinstance(limits, Limits):
         raise TypeError(f"share_budget(limits=...) must be a tether.Limits, got {limits!r}")
     if limits.max_total_tokens is None and limits.max_cost_usd is None:
         raise ValueError("share_budget() needs limits with max_total_tokens or max_cost_usd")
-    for name, value in (("poll_s", poll_s), ("idle_poll_s", idle_poll_s)):
-        if not value > 0:
+    for name, value in (("poll_s", poll_s), ("idle_poll_s", idle_poll_s), ("lease_s", lease_s)):
+        if value is not None and not value > 0:
             raise ValueError(f"share_budget({name}=...) must be > 0, got {value!r}")
     return SlicedBudget(
         name="runtime.",
@@ -767,6 +936,7 @@ def slice_of(
         link=link,
         poll_s=poll_s,
         idle_poll_s=idle_poll_s,
+        lease_s=lease_s,
         fleet_max_tokens=limits.max_total_tokens,
         fleet_max_cost=limits.max_cost_usd,
     )

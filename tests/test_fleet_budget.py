@@ -141,6 +141,42 @@ def test_forget_counts_a_dead_hosts_unreported_grant_as_spent() -> None:
     assert "a" not in ledger.status().hosts
 
 
+def test_a_host_silent_past_its_lease_is_written_off_and_its_late_report_counts() -> None:
+    """With lease_s, a host that holds a grant and does not call for a lease is forgotten
+    at the next call of any host (the others learn the budget is dry); if it calls
+    again it is answered dry, but what it reports spent and gives back still counts."""
+    now = [0.0]
+    ledger = BudgetLedger(max_total_tokens=1_000, hosts=2, lease_s=10.0, clock=lambda: now[0])
+    assert ledger.take("a", 400, 0.0, used()).tokens == 400
+    while ledger.take("b", 600, 0.0, used()).tokens:
+        pass
+    assert ledger.status().hosts["b"].granted_tokens == 600
+    now[0] = 9.0
+    assert not ledger.take("b", 100, 0.0, used(600)).dry  # a may still spend its 400
+    now[0] = 10.5
+    grant = ledger.take("b", 100, 0.0, used(600))
+    assert grant.dry
+    status = ledger.status()
+    assert (status.written_off, status.lost_tokens, list(status.hosts)) == (1, 400, ["b"])
+    # a was alive after all: it reports 150 spent and gives back the other 250
+    assert ledger.take("a", 50, 0.0, used(150)).dry
+    assert (ledger.status().used_tokens, ledger.status().lost_tokens) == (750, 250)
+    ledger.give_back("a", 250, 0.0, used(150))
+    assert (ledger.status().used_tokens, ledger.status().lost_tokens) == (750, 0)
+    more = (
+        ledger.take("b", 300, 0.0, used(600)).tokens + ledger.take("b", 300, 0.0, used(600)).tokens
+    )
+    assert more == 250  # what a gave back is free again
+    # a host that reported its whole grant spent is never written off: it holds nothing
+    now[0] = 99.0
+    assert ledger.take("b", 0, 0.0, used(850)).dry
+    now[0] = 200.0
+    assert ledger.dry()
+    assert ledger.status().written_off == 1
+    with pytest.raises(ValueError, match="lease_s"):
+        BudgetLedger(max_total_tokens=1, lease_s=0)
+
+
 def test_the_cost_ceiling_is_held_the_same_way() -> None:
     """Cost grants: padded, never past the ceiling, dry when spent."""
     ledger = BudgetLedger(max_cost_usd=1.0, hosts=1)
@@ -520,3 +556,196 @@ async def test_a_host_that_spent_its_slice_and_went_quiet_still_lets_the_fleet_r
         assert ledger.status().hosts["host-1"].used_tokens == 63
     assert result.termination is tether.Termination.TOKEN_CEILING
     assert min(watched) >= ceiling
+
+
+@AUTOJUMP
+async def test_a_dry_host_reports_what_its_calls_spent_after_it_learnt(watched: list[int]) -> None:
+    """Issue 28: a host that learns the ledger is dry while its call still streams within
+    its slice reports that call's spend when it ends, unasked. Before, its keeper had
+    nothing to say at the dry answer and slept until a call of its own nudged it, so the
+    ledger never saw its grant spent and the other host's runs waited forever."""
+    ceiling = 1_000
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=2)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    slow = Capped(  # 100 tokens a second, a usage report every 4
+        [Reply(text="word " * 320)], max_tokens=400, chunk_size=16, chunk_latency_s=0.04
+    )
+    greedy = Capped([Reply(text="word " * 2_000)] * 20, max_tokens=600, latency_s=0.01)
+    unbounded = tether.Limits(max_continues=20, max_steps=20)
+    async with hosts(ledger, limits, 2) as (rts, _):
+        streaming = rts[0].start(tether.Agent(name="slow", provider=slow), "q")
+        await anyio.sleep(0.1)  # it holds its slice and streams
+        with anyio.fail_after(60):
+            spender = await rts[1].run(
+                tether.Agent(name="greedy", provider=greedy, limits=unbounded), "q"
+            )
+            slow_result = await streaming.result()
+    assert slow_result.termination is tether.Termination.ANSWERED
+    assert spender.termination is tether.Termination.TOKEN_CEILING
+    spent = slow_result.usage.total_tokens + spender.usage.total_tokens
+    assert ledger.status().used_tokens == spent
+    assert min(watched) >= ceiling
+
+
+@attrs.define
+class Partitioned(LocalLedgerLink):
+    """A link that can be cut: while cut, a call never comes back (a host stopped by
+    SIGSTOP, or on the wrong side of a partition, as the ledger and the host see it)."""
+
+    cut: bool = False
+
+    async def take(self, want_tokens: int, want_cost_usd: float, used: Spent) -> Grant:
+        if self.cut:
+            await anyio.sleep_forever()
+        return await super().take(want_tokens, want_cost_usd, used)
+
+    async def give_back(self, tokens: int, cost_usd: float, used: Spent) -> Grant:
+        if self.cut:
+            await anyio.sleep_forever()
+        return await super().give_back(tokens, cost_usd, used)
+
+
+@AUTOJUMP
+async def test_a_silent_host_is_written_off_after_its_lease_and_waits_no_longer_itself(
+    watched: list[int],
+) -> None:
+    """A host holding a grant goes silent (its link is cut). Within its lease the ledger
+    writes its grant off, so the other host's run that needs more ends token_ceiling
+    rather than waiting for it; the silent host, unanswered for a lease, counts the
+    budget as spent, so its own run that needs more ends too. Once it is heard again,
+    what it spent meanwhile counts: the ledger's account is the runs' usage."""
+    ceiling, lease, poll = 2_000, 3.0, 0.05
+    ledger = BudgetLedger(
+        max_total_tokens=ceiling, hosts=2, lease_s=lease, clock=anyio.current_time
+    )
+    limits = tether.Limits(max_total_tokens=ceiling)
+    links = [Partitioned(ledger, f"host-{i}", latency_s=0.005) for i in range(2)]
+    rts = [tether.Runtime() for _ in links]
+    slices = [
+        rt.share_budget(link, limits, poll_s=poll) for rt, link in zip(rts, links, strict=True)
+    ]
+    for budget in slices:
+        budget.lease_s = lease
+    FLEET[:] = slices
+    long = tether.Limits(max_continues=20, max_steps=20)
+
+    def greedy(name: str) -> tether.Agent:
+        provider = Capped([Reply(text="word " * 2_000)] * 20, max_tokens=400, latency_s=0.01)
+        return tether.Agent(name=name, provider=provider, limits=long)
+
+    async with rts[0], rts[1]:
+        first = await rts[0].run(
+            tether.Agent(name="small", provider=Capped([Reply(text="hi")], max_tokens=400)), "q"
+        )
+        assert slices[0].max_total_tokens == 400  # it holds a grant it has not spent
+        links[0].cut = True
+        cut_at = anyio.current_time()
+        with anyio.fail_after(lease * 4):
+            other = await rts[1].run(greedy("other"), "q")
+        other_end = anyio.current_time()
+        with anyio.fail_after(lease * 4):
+            own = await rts[0].run(greedy("own"), "q")
+        own_end = anyio.current_time()
+        assert slices[0].statistics().cut_off
+        links[0].cut = False
+        await anyio.sleep(1.5)  # a host cut off asks every idle_poll_s (1 s)
+        assert not slices[0].statistics().cut_off
+    assert other.termination is tether.Termination.TOKEN_CEILING
+    assert own.termination is tether.Termination.TOKEN_CEILING
+    assert other_end - cut_at <= lease + 2 * poll  # written off within the lease
+    assert own_end - cut_at <= lease * 4 / 3 + 2 * poll  # cut off: a lease, and a contact
+    status = ledger.status()
+    assert status.written_off == 1
+    assert status.used_tokens == sum(r.usage.total_tokens for r in (first, other, own))
+    assert status.used_tokens + status.lost_tokens <= ceiling + max_input(
+        [first, other, own]
+    ) * sum(s.statistics().crossings for s in slices)
+
+
+#: The sweep's reply: 400 tokens streamed 4 at a time, one report each, 4 ms apart.
+SWEEP_CHUNKS, SWEEP_CHUNK_S, SWEEP_LATENCY_S, SWEEP_POLL_S = 100, 0.004, 0.002, 0.05
+
+
+async def _sweep(n_hosts: int, n_runs: int, share: float, *, timed: bool) -> None:
+    """``n_runs`` concurrent runs of about 410 tokens over ``n_hosts`` hosts, with a fleet
+    budget of ``share`` times their demand: every run ends once; the ledger's account
+    is the runs' usage; the spend is within the bound; no run ends on the ceiling while
+    budget is left anywhere; and (``timed``: a virtual clock) every run ends within one
+    call in flight, a poll and a ledger round trip of the ledger's first dry answer."""
+    demand = n_runs * 410
+    ceiling = int(demand * share)
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=n_hosts, clock=anyio.current_time)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    provider = Capped(  # a provider-level max_tokens, as the HTTP providers have
+        lambda request, ctx: Reply(text="word " * 320),
+        chunk_size=16,
+        chunk_latency_s=SWEEP_CHUNK_S,
+        max_tokens=512,
+    )
+    agent = tether.Agent(name="spender", provider=provider)
+    ends: list[float] = []
+    results: list[tether.RunResult] = []
+
+    async def follow(handle: tether.RunHandle[Any]) -> None:
+        results.append(await handle.result())
+        ends.append(anyio.current_time())
+
+    async with hosts(ledger, limits, n_hosts, SWEEP_LATENCY_S) as (rts, slices):
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(n_runs):
+                    tg.start_soon(follow, rts[i % n_hosts].start(agent, f"question {i}"))
+    status = ledger.status()
+    assert len(results) == n_runs
+    for result in results:
+        assert_consistent(result)  # one RunFinished, usage = its charges
+    spent = sum(r.usage.total_tokens for r in results)
+    assert status.used_tokens == spent
+    crossings = sum(s.statistics().crossings for s in slices)
+    assert spent <= ceiling + crossings * max_input(results)
+    ended = [r for r in results if r.termination is tether.Termination.TOKEN_CEILING]
+    assert {r.termination for r in results} <= {
+        tether.Termination.TOKEN_CEILING,
+        tether.Termination.ANSWERED,
+        tether.Termination.MAX_CONTINUES,
+    }
+    if share <= 0.5:
+        assert ended
+    if share >= 1.5:
+        assert not ended
+        assert {r.termination for r in results} == {tether.Termination.ANSWERED}
+    if ended:
+        assert status.dry_since is not None
+        assert min(ENDS) >= ceiling  # none ended while budget was left anywhere
+        if timed:
+            call_s = SWEEP_CHUNKS * SWEEP_CHUNK_S
+            bound = max(call_s, SWEEP_POLL_S) + 2 * SWEEP_LATENCY_S
+            assert max(ends) - status.dry_since <= bound + 0.01
+
+
+@pytest.mark.parametrize(
+    ("n_hosts", "n_runs", "share"),
+    [
+        (2, 100, 0.1),
+        pytest.param(4, 100, 2.0, marks=pytest.mark.slow),
+        pytest.param(2, 100, 0.5, marks=pytest.mark.slow),
+        pytest.param(2, 200, 1.0, marks=pytest.mark.slow),
+        pytest.param(4, 400, 0.1, marks=pytest.mark.slow),
+        pytest.param(4, 400, 0.5, marks=pytest.mark.slow),
+        pytest.param(4, 200, 1.0, marks=pytest.mark.slow),
+        pytest.param(2, 400, 2.0, marks=pytest.mark.slow),
+    ],
+)
+@AUTOJUMP
+async def test_every_run_ends_within_the_bound_whatever_the_budget(
+    n_hosts: int, n_runs: int, share: float, watched: list[int]
+) -> None:
+    """Issue 28: 2 and 4 hosts, 100 to 400 runs, budgets of 10% to 200% of the demand,
+    a usage report every 4 tokens (a virtual clock: the bound is checked exactly)."""
+    await _sweep(n_hosts, n_runs, share, timed=True)
+
+
+async def test_a_dry_fleet_ends_every_run_on_both_backends(watched: list[int]) -> None:
+    """The issue's case in one process, on the real clock of each backend: 2 hosts, 100
+    runs, a budget of a fifth of their demand."""
+    await _sweep(2, 100, 0.2, timed=False)

@@ -302,7 +302,9 @@ class RayRuntime:
             from tether.ray._fleet import Coordinator
 
             self._coordinator = (
-                ray.remote(Coordinator).options(num_cpus=0).remote(self.limits, self._n)
+                ray.remote(Coordinator)
+                .options(num_cpus=0)
+                .remote(self.limits, self._n, self.lease_s)
             )
             self._config = [attrs.evolve(c, coordinator=self._coordinator) for c in self._config]
         # Each host is made with its index only, and gets its config by a call, as does

@@ -10,7 +10,12 @@ keeper task, never by a run). See :class:`tether.runtime.SlicedBudget` and
 
 A host that dies is forgotten by the ledger (:meth:`Coordinator.forget`, which
 the caller's monitor calls): what it was granted and did not report used counts
-as spent, the conservative choice that keeps the bound.
+as spent, the conservative choice that keeps the bound. A host alive but out of
+reach (stopped, partitioned) is forgotten the same way once it has been silent
+for the fleet's ``lease_s`` while holding a grant (hosts holding one call at
+least every third of it), and a host whose ledger has not answered for
+``lease_s`` counts the budget as spent: so neither can keep a run waiting for
+a grant longer than about a lease (see docs/guides/ray.md for the bound).
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from tether.runtime import BudgetLedger, Grant, Limits, Runtime, SlicedBudget, S
 class Coordinator:
     """The fleet's ledger, as a Ray actor (:mod:`tether.ray` makes it one)."""
 
-    def __init__(self, limits: Limits, hosts: int) -> None:
+    def __init__(self, limits: Limits, hosts: int, lease_s: float | None = None) -> None:
         self.ledger = BudgetLedger(
-            max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd, hosts=hosts
+            max_total_tokens=limits.max_total_tokens,
+            max_cost_usd=limits.max_cost_usd,
+            hosts=hosts,
+            lease_s=lease_s,
         )
 
     def take(self, owner: str, tokens: int, cost_usd: float, used: Spent) -> Grant:
@@ -68,9 +76,14 @@ class RayLedgerLink:
         return grant
 
 
-def join_budget(rt: Runtime, coordinator: Any, owner: str, limits: Limits) -> SlicedBudget:
-    """Make ``rt`` (not entered yet) spend the fleet's budget, as ``owner``."""
-    return rt.share_budget(RayLedgerLink(coordinator, owner), limits)
+def join_budget(
+    rt: Runtime, coordinator: Any, owner: str, limits: Limits, lease_s: float | None
+) -> SlicedBudget:
+    """Make ``rt`` (not entered yet) spend the fleet's budget, as ``owner``, with the
+    fleet's lease (the ledger's)."""
+    budget = rt.share_budget(RayLedgerLink(coordinator, owner), limits)
+    budget.lease_s = lease_s
+    return budget
 
 
 __all__ = ["Coordinator", "RayLedgerLink", "join_budget"]

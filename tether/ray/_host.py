@@ -183,7 +183,9 @@ class Host:
             if config.coordinator is not None and config.limits is not None:
                 from tether.ray._fleet import join_budget
 
-                self._budget = join_budget(rt, config.coordinator, self._owner, config.limits)
+                self._budget = join_budget(
+                    rt, config.coordinator, self._owner, config.limits, config.lease_s
+                )
             async with rt:
                 self._rt = rt
                 ready.set_result(None)
