@@ -9,7 +9,7 @@ import attrs
 from typing_extensions import TypeForm, TypeVar
 
 from tether.actors import OUTPUT_TOOL, Judge, RestartPolicy, ToolSettings, ToolSpec, tool
-from tether.providers import ModelSettings, Provider, check_settings
+from tether.providers import ModelSettings, Provider, check_settings, infer_provider
 
 from ._lessons import LessonStore
 from ._limits import Limits
@@ -54,6 +54,11 @@ def _to_tools(
     return tools
 
 
+def _to_provider(value: Provider | str) -> Provider:
+    """A model string (``"anthropic:claude-sonnet-4-5"``) made a provider; a provider as it is."""
+    return infer_provider(value) if isinstance(value, str) else value
+
+
 def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
     return tuple(value)
 
@@ -80,7 +85,9 @@ class Agent(Generic[DepsT, OutputT]):
     """
 
     name: str
-    provider: Provider
+    #: A provider, or a model string (``"openai:gpt-4.1-mini"``, see
+    #: :func:`tether.providers.infer_provider`) made into one here.
+    provider: Provider = attrs.field(converter=_to_provider)
     instructions: str = ""
     tools: Sequence[ToolSpec[DepsT]] = attrs.field(default=(), converter=_to_tools)
     judge: Judge | None = None
