@@ -145,6 +145,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 _SENT_SECRETS: set[str] = set()
 #: httpcore logs each response's headers at DEBUG, and a server may echo a key in one.
 _HTTP_LOGGERS = (
+    "tether",  # its own records (runtime/_log.py) carry error texts: scrubbed again
     "httpx",
     "httpcore.connection",
     "httpcore.http11",

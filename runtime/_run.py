@@ -62,6 +62,7 @@ from ._history import user_message
 from ._instructions import resolve
 from ._judgement import Judging
 from ._limits import Limits, Termination
+from ._log import INFO, log, run_ended
 from ._modelcall import ModelClient
 from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
@@ -365,6 +366,9 @@ class Run:
         trail = self.trail
         trail.add(ending.event)
         self.result = attrs.evolve(ending.result, events=trail.finish())
+        if log.isEnabledFor(INFO):  # one cached check per run end when logging is off
+            took = None if self._started is None else anyio.current_time() - self._started
+            run_ended(self.result, self.agent.name, took)
         # A finished run keeps its result, not its machinery: handles may keep
         # thousands of finished runs, and the garbage collector walks them all.
         self.state.messages = []
