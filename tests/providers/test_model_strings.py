@@ -18,6 +18,7 @@ from tether.providers import (
     ScriptedProvider,
     infer_provider,
 )
+from tether.providers._infer import PREFIXES
 
 from ..helpers import assert_consistent
 from . import openai_wire as oai
@@ -110,7 +111,9 @@ def test_a_bad_model_string_is_a_value_error_listing_the_known_prefixes(
             make(text)
         assert words in str(caught.value)
     if "prefix" in words:
-        assert "'anthropic:', 'openai:', 'scripted:'" in str(caught.value)
+        known = ", ".join(f"'{p}:'" for p in sorted(PREFIXES))
+        assert f"(known prefixes: {known})" in str(caught.value)
+        assert "'anthropic:', 'openai:'" in known
 
 
 def test_infer_provider_refuses_what_is_not_a_string() -> None:
