@@ -34,6 +34,7 @@ from ._errors import name_errors_by_package as name_errors_by_package
 from ._fallback import FallbackProvider as FallbackProvider
 from ._fallback import falls_through as falls_through
 from ._gemini import GeminiProvider as GeminiProvider
+from ._infer import infer_provider as infer_provider
 from ._messages_json import dump_message as dump_message
 from ._messages_json import dump_messages as dump_messages
 from ._messages_json import load_message as load_message
@@ -138,6 +139,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "context_window_for",
     "dump_messages",
     "falls_through",
+    "infer_provider",
     "load_messages",
     "price_for",
 ]

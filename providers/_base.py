@@ -78,6 +78,22 @@ class HttpProvider:
     def price(self) -> Price | None:
         return price_for(self.model)
 
+    @property
+    def needs_key(self) -> bool:
+        """Whether a request cannot be sent without a key (the vendor's own API)."""
+        return True
+
+    def check_ready(self) -> None:
+        """Raise the error the first request would (:class:`AuthenticationFailed`:
+        no key where the endpoint needs one, or a key no header can carry), without
+        sending anything: the Runtime calls it when a run is started."""
+        if self.api_key is not None:
+            check_key(self.api_key, self.name)
+        elif self.needs_key:
+            raise AuthenticationFailed(
+                f"{self.name}: no API key: pass api_key= or set {self.api_key_env}"
+            )
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled without its key: a copy (on a Ray host, in a child process) reads
         the key from ``api_key_env`` in its own environment, so a key never travels."""

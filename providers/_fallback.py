@@ -139,6 +139,14 @@ class FallbackProvider:
                 )
             check(settings)
 
+    def check_ready(self) -> None:
+        """Each provider's ``check_ready``: a missing key is a configuration error to
+        hear about (it does not fall through, see :func:`falls_through`)."""
+        for provider in self.providers:
+            check = getattr(provider, "check_ready", None)
+            if check is not None:
+                check()
+
     async def stream(
         self, request: ModelRequest, ctx: ProviderContext
     ) -> AsyncIterator[StreamItem]:

@@ -105,7 +105,7 @@ class HttpCall:
 
     def transport_error(self, exc: Exception, *, mid_stream: bool) -> ProviderError:
         return error_for_exception(
-            exc, provider=self.provider, mid_stream=mid_stream, secrets=self.secrets
+            exc, provider=self.provider, mid_stream=mid_stream, secrets=self.secrets, url=self.url
         )
 
 

@@ -160,6 +160,11 @@ class OpenAIProvider(HttpProvider):
         """Whether ``base_url`` is OpenAI's own API (not a compatible server)."""
         return (urlsplit(self.base_url).hostname or "").lower() == OFFICIAL_HOST
 
+    @property
+    def needs_key(self) -> bool:
+        """Only OpenAI's own API needs a key; a compatible local server may not."""
+        return self.is_official
+
     # -- Provider protocol ------------------------------------------------
 
     async def stream(

@@ -197,6 +197,11 @@ class OpenAIResponsesProvider(HttpProvider):
         return (urlsplit(self.base_url).hostname or "").lower() == OFFICIAL_HOST
 
     @property
+    def needs_key(self) -> bool:
+        """Only OpenAI's own API needs a key; a compatible local server may not."""
+        return self.is_official
+
+    @property
     def reasons(self) -> bool:
         """Whether the model reasons (``reasoning=``, else by its name)."""
         return is_reasoning_model(self.model) if self.reasoning is None else self.reasoning

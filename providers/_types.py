@@ -587,6 +587,10 @@ class Provider(Protocol):
 
     ``stream`` yields deltas and ends with exactly one :class:`ModelResponse`.
     It raises :class:`~tether.providers.ProviderError` subclasses only.
+
+    Optional: ``check_ready()``, which raises the configuration error every
+    request would (no API key where the endpoint needs one) without sending
+    anything; ``Runtime.start`` calls it, so the error comes before a run exists.
     """
 
     @property

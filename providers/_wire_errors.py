@@ -55,6 +55,7 @@ import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -144,6 +145,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 _SENT_SECRETS: set[str] = set()
 #: httpcore logs each response's headers at DEBUG, and a server may echo a key in one.
 _HTTP_LOGGERS = (
+    "tether",  # its own records (runtime/_log.py) carry error texts: scrubbed again
     "httpx",
     "httpcore.connection",
     "httpcore.http11",
@@ -318,14 +320,32 @@ def error_for_event(
     return fatal(text) if fatal is not None else StreamErrorEvent(text)
 
 
+def public_url(url: str) -> str:
+    """``scheme://host:port/path`` of ``url``: no user, password, query or fragment
+    (where a key could hide), the port always shown (the default one when not given)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(an invalid URL)"
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    if port is None:
+        port = {"http": 80, "https": 443}.get(parts.scheme)
+    where = f"{host}:{port}" if port is not None else host
+    return f"{parts.scheme}://{where}{parts.path}"
+
+
 def error_for_exception(
     exc: BaseException,
     *,
     provider: str = "provider",
     mid_stream: bool = False,
     secrets: Iterable[str | None] = (),
+    url: str | None = None,
 ) -> ProviderError:
-    """The typed error for an httpx failure.
+    """The typed error for an httpx failure (naming ``url`` as :func:`public_url` shows it).
 
     Timeouts are :class:`ProviderTimeout`; a connection refused, reset or
     closed is :class:`ConnectionDropped`, or :class:`StreamInterrupted` when
@@ -335,6 +355,8 @@ def error_for_exception(
     """
     detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secrets)
     detail = _truncate(detail)
+    if url:
+        detail = f"{detail}; POST {redact(public_url(url), secrets)}"
     if isinstance(exc, httpx.TimeoutException):
         phase = {
             httpx.ConnectTimeout: "connect",
@@ -357,6 +379,7 @@ __all__ = [
     "error_for_exception",
     "error_for_status",
     "parse_retry_after",
+    "public_url",
     "redact",
     "retry_after_from_headers",
     "scrub_logs_of",

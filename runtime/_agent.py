@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Generic, Literal, Protocol
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Generic, Literal, Protocol, TypeAlias
 
 import attrs
 from typing_extensions import TypeForm, TypeVar
 
-from tether.actors import OUTPUT_TOOL, Judge, RestartPolicy, ToolSettings, ToolSpec, tool
-from tether.providers import ModelSettings, Provider, check_settings
+from tether.actors import (
+    OUTPUT_TOOL,
+    Judge,
+    RestartPolicy,
+    RunContext,
+    ToolSettings,
+    ToolSpec,
+    tool,
+)
+from tether.providers import ModelSettings, Provider, check_settings, infer_provider
 
 from ._lessons import LessonStore
 from ._limits import Limits
@@ -26,6 +35,12 @@ DepsT = TypeVar("DepsT", default=Any)
 #: The type of a run's output (``Agent(output_type=...)``); ``str`` unless given.
 OutputT = TypeVar("OutputT", default=str)
 _D = TypeVar("_D")
+
+#: ``Agent(instructions=...)``: a ``str``, or a sync or async function of the run's
+#: :class:`~tether.RunContext` returning one, called once per run when it starts.
+Instructions: TypeAlias = (
+    str | Callable[[RunContext[_D]], str] | Callable[[RunContext[_D]], Awaitable[str]]
+)
 
 
 class PlainFunction(Protocol):
@@ -54,6 +69,11 @@ def _to_tools(
     return tools
 
 
+def _to_provider(value: Provider | str) -> Provider:
+    """A model string (``"anthropic:claude-sonnet-4-5"``) made a provider; a provider as it is."""
+    return infer_provider(value) if isinstance(value, str) else value
+
+
 def _to_policies(value: Iterable[PolicyLike]) -> tuple[PolicyLike, ...]:
     return tuple(value)
 
@@ -80,8 +100,12 @@ class Agent(Generic[DepsT, OutputT]):
     """
 
     name: str
-    provider: Provider
-    instructions: str = ""
+    #: A provider, or a model string (``"openai:gpt-4.1-mini"``, see
+    #: :func:`tether.providers.infer_provider`) made into one here.
+    provider: Provider = attrs.field(converter=_to_provider)
+    #: The system prompt: a ``str``, or a sync or async callable ``(RunContext) -> str``
+    #: called once per run when it starts (see :mod:`tether.runtime._instructions`).
+    instructions: Instructions[DepsT] = ""
     tools: Sequence[ToolSpec[DepsT]] = attrs.field(default=(), converter=_to_tools)
     judge: Judge | None = None
     policies: Sequence[PolicyLike] = attrs.field(default=(), converter=_to_policies)
@@ -121,6 +145,7 @@ class Agent(Generic[DepsT, OutputT]):
             raise ValueError("the same toolset is listed twice in Agent.tools")
         if not self.name or not isinstance(self.name, str):
             raise ValueError("Agent.name must be a non-empty string")
+        _check_instructions(self.instructions)
         if not callable(getattr(self.provider, "stream", None)):
             raise TypeError(
                 f"Agent.provider must implement the Provider protocol (stream(request, ctx)), "
@@ -175,11 +200,33 @@ class Agent(Generic[DepsT, OutputT]):
         return agent_tool(
             self,
             agent_name=self.name,
-            instructions=self.instructions,
+            instructions=self.instructions if isinstance(self.instructions, str) else "",
             timeout_s=self.limits.timeout_s,
             name=name,
             description=description,
         )
+
+
+def _check_instructions(value: object) -> None:
+    """``TypeError`` unless ``value`` is a ``str`` or a callable taking one argument."""
+    if isinstance(value, str):
+        return
+    if not callable(value):
+        raise TypeError(
+            "Agent.instructions must be a str or a function (ctx: tether.RunContext) -> str "
+            f"(sync or async), got {type(value).__name__}"
+        )
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # no signature to read (some builtins): try it at run time
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"Agent.instructions: {getattr(value, '__qualname__', value)!r} must take one "
+            f"argument, the run's tether.RunContext (its signature is {signature})"
+        ) from None
 
 
 def check_for(agent: Agent[Any, Any], settings: ModelSettings) -> None:

@@ -473,7 +473,9 @@ class Durable:
 
         with anyio.CancelScope(shield=True):
             try:
-                done = await retried(tracked, within_s=self.lease_s, landed=landed)
+                done = await retried(
+                    tracked, within_s=self.lease_s, landed=landed, run_id=self.run_id
+                )
             except LeaseLost as lost:
                 if faults.recent(2 * self.lease_s) and await self.still_ours():
                     why = f"the lease lapsed while the store failed ({lost})"
@@ -484,7 +486,9 @@ class Durable:
     async def still_ours(self) -> bool:
         """Whether nobody but this owner has claimed the run (a read; a failing one: yes)."""
         try:
-            stored = await retried(lambda: self.store.get(self.run_id), within_s=self.lease_s)
+            stored = await retried(
+                lambda: self.store.get(self.run_id), within_s=self.lease_s, run_id=self.run_id
+            )
         except RunStoreUnavailable:
             return True
         return stored is not None and stored.status == "running" and stored.owner == self.owner
@@ -630,7 +634,9 @@ class Durable:
         self._recall_round = None
         try:
             records = await retried(
-                lambda: self.store.tool_records(self.run_id), within_s=self.lease_s
+                lambda: self.store.tool_records(self.run_id),
+                within_s=self.lease_s,
+                run_id=self.run_id,
             )
         except RunStoreUnavailable as exc:
             assert self._run is not None

@@ -60,6 +60,9 @@ class RunStarted(Event):
     #: The agent's provider (``anthropic``, ``openai``, ``scripted``) and model.
     provider: str | None = None
     model: str | None = None
+    #: The text an ``Agent(instructions=fn)`` function gave this run (``None``: the
+    #: agent's instructions are a static ``str``).
+    instructions: str | None = None
 
 
 @attrs.frozen(kw_only=True)

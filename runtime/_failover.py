@@ -52,6 +52,7 @@ from tether.providers import (
 
 from ._accounting import Accounts
 from ._limits import Limits, Termination
+from ._log import provider_fallback
 from ._modelcall import HeldModelClient, ModelClient
 from ._state import Decision
 from ._trail import Trail
@@ -209,17 +210,17 @@ class FallbackModelClient(ModelClient):
         accounts = self._accounts
         accounts.retarget(new.price(), default_max if isinstance(default_max, int) else None)
         trail = self._trail
-        trail.add(
-            ev.ProviderFallback(
-                **trail.head(),
-                from_model=old.model,
-                to_model=new.model,
-                error_type=error_type,
-                from_provider=old.name,
-                to_provider=new.name,
-                message=message,
-            )
+        fallback = ev.ProviderFallback(
+            **trail.head(),
+            from_model=old.model,
+            to_model=new.model,
+            error_type=error_type,
+            from_provider=old.name,
+            to_provider=new.name,
+            message=message,
         )
+        trail.add(fallback)
+        provider_fallback(fallback)
         ceiling = accounts.before_call()  # the new price may leave the budget nothing to buy
         if ceiling is not None:
             return Decision.end(ceiling)

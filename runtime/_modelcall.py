@@ -51,6 +51,7 @@ from tether.providers import (
 from ._accounting import Accounts
 from ._estimate import BYTES_PER_TOKEN, estimate_input, estimate_tokens, response_text
 from ._limits import Termination
+from ._log import provider_retry
 from ._state import Decision
 from ._trail import Trail
 
@@ -131,15 +132,15 @@ class ModelClient:
             why += error.traceback
             return Decision.end(Termination.PROVIDER_FAILED, why)
         wait = self._backoff.wait(attempt - self._before)
-        trail.add(
-            ev.ProviderRetry(
-                **trail.head(),
-                error_type="actor_crashed",
-                attempt=attempt,
-                wait_s=wait,
-                message="the model actor crashed on this request; it was restarted",
-            )
+        retry = ev.ProviderRetry(
+            **trail.head(),
+            error_type="actor_crashed",
+            attempt=attempt,
+            wait_s=wait,
+            message="the model actor crashed on this request; it was restarted",
         )
+        trail.add(retry)
+        provider_retry(retry)
         await anyio.sleep(wait)
         self._accounts.meter.provider_attempts += 1
         trail.add(
@@ -246,15 +247,15 @@ class ModelClient:
                         seen = _NOTHING
                         reported = False
                         streamed_bytes = 0
-                        trail.add(
-                            ev.ProviderRetry(
-                                **trail.head(),
-                                error_type=item.error_type,
-                                attempt=item.attempt,
-                                wait_s=item.wait_s,
-                                message=item.message,
-                            )
+                        retry = ev.ProviderRetry(
+                            **trail.head(),
+                            error_type=item.error_type,
+                            attempt=item.attempt,
+                            wait_s=item.wait_s,
+                            message=item.message,
                         )
+                        trail.add(retry)
+                        provider_retry(retry)
                     case AttemptStarted():
                         attempt = item.attempt
                         meter.provider_attempts += 1

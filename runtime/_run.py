@@ -59,8 +59,10 @@ from ._discovery import ActiveTools
 from ._ending import Ending, assemble
 from ._failover import model_client
 from ._history import user_message
+from ._instructions import resolve
 from ._judgement import Judging
 from ._limits import Limits, Termination
+from ._log import INFO, log, run_ended
 from ._modelcall import ModelClient
 from ._perrun import NO_EXTRAS, PerRun, RunExtras, prepare
 from ._policy import Policies, PolicyPoint, blocked
@@ -142,7 +144,8 @@ class Run:
             run_id=run_id,
             agent=agent.name,
             input=input,
-            system=agent.instructions,
+            # A function's text is set when the run starts (see _instructions.py).
+            system=agent.instructions if isinstance(agent.instructions, str) else "",
             parent_run_id=parent_run_id,
         )
         # Looked up once: a dated model id is matched against the whole price table.
@@ -271,18 +274,29 @@ class Run:
         The decision is kept on the run: a cancellation landing as the group exits must not
         lose it. The loop is inline: a coroutine of its own is a frame more per parked run."""
         agent, trail, state, durable = self.agent, self.trail, self.state, self._durable
-        if not trail:  # a resumed run's trail has it already
-            trail.note(
-                ev.RunStarted,
-                agent=agent.name,
-                input=self.input,
-                parent_run_id=state.parent_run_id,
-                provider=getattr(agent.provider, "name", None),
-                model=getattr(agent.provider, "model", None),
-            )
         self._started = anyio.current_time()
         if agent.limits.timeout_s is not None:
             tg.cancel_scope.deadline = self._started + agent.limits.timeout_s
+        if not trail:  # a resumed run's trail has it already
+            text: str | Decision | None = None
+            try:
+                if not isinstance(agent.instructions, str):
+                    text = await resolve(agent.instructions, self.per_run.context())
+                    if isinstance(text, str):
+                        state.system = text
+            finally:  # cancelled in the function too: every run's trail starts so
+                trail.note(
+                    ev.RunStarted,
+                    agent=agent.name,
+                    input=self.input,
+                    parent_run_id=state.parent_run_id,
+                    provider=getattr(agent.provider, "name", None),
+                    model=getattr(agent.provider, "model", None),
+                    instructions=text if isinstance(text, str) else None,
+                )
+            if isinstance(text, Decision):
+                self._decision = text
+                return
         self._start_children(tg)
         try:
             point = None if durable is None else durable.point
@@ -352,6 +366,9 @@ class Run:
         trail = self.trail
         trail.add(ending.event)
         self.result = attrs.evolve(ending.result, events=trail.finish())
+        if log.isEnabledFor(INFO):  # one cached check per run end when logging is off
+            took = None if self._started is None else anyio.current_time() - self._started
+            run_ended(self.result, self.agent.name, took)
         # A finished run keeps its result, not its machinery: handles may keep
         # thousands of finished runs, and the garbage collector walks them all.
         self.state.messages = []

@@ -469,7 +469,9 @@ class Runtime:
         parts, which the first user message carries (see :mod:`._input`).
         ``settings`` are merged over the agent's (the run's fields win); a
         setting the provider cannot honour is a ``ValueError`` here. ``deps``
-        is what tools, policies and judges read as ``ctx.deps``.
+        is what tools, policies and judges read as ``ctx.deps``. A provider that
+        could send no request (no API key where its endpoint needs one) raises
+        its :class:`~tether.providers.AuthenticationFailed` here, before a run exists.
 
         ``history`` is the transcript the run continues (a previous
         ``RunResult.messages``, say); it is checked here (see
@@ -812,6 +814,10 @@ def _check_start(
         conversation=conversation,
         conversations=rt.conversations,
     )
+    # Here, not in check_start: on Ray the key is the host's (read from its
+    # environment where the run is placed), and the host's Runtime checks it.
+    if (ready := getattr(agent.provider, "check_ready", None)) is not None:
+        ready()  # AuthenticationFailed: no key where the endpoint needs one
     if rt._budget is not None and (hit := rt._budget.exhausted()) is not None:
         raise BudgetExhausted(
             f"the Runtime's budget is spent ({hit.ceiling}: {hit.used:g} of {hit.limit:g}); "

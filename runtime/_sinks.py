@@ -40,6 +40,7 @@ import attrs
 import tether.runtime._events as ev
 
 from ._deltas import Delta, Pending
+from ._log import sink_dropped
 
 EventSink = Callable[[ev.Event], object]
 
@@ -72,6 +73,10 @@ class _Combined:
                 sink(event)
             except Exception as exc:
                 self._failed.add(i)
+                # Its type only: a sink's message may quote the event (its content).
+                sink_dropped(
+                    event.run_id, sink, f"raised {type(exc).__name__}; skipped from now on"
+                )
                 warnings.warn(
                     f"tether: event sink {sink!r} failed and will be skipped from now on: {exc!r}",
                     RuntimeWarning,
@@ -162,6 +167,12 @@ class SinkThread:
         self.dropped += 1
         if not self._warned:
             self._warned = True
+            sink_dropped(
+                None,
+                self.sink,
+                f"{self._queue.maxsize} events behind: its events are dropped (and counted) "
+                "until it catches up",
+            )
             warnings.warn(
                 f"tether: event sink {self.sink!r} is {self._queue.maxsize} events behind; "
                 "events for it are dropped (and counted: Runtime.sink_status) until it "
@@ -211,6 +222,9 @@ class SinkThread:
             with contextlib.suppress(queue.Full):
                 self._queue.put_nowait(_STOP)
         if self.dropped:
+            sink_dropped(
+                None, self.sink, f"missed {self.dropped} events ({self.delivered} delivered)"
+            )
             warnings.warn(
                 f"tether: event sink {self.sink!r} missed {self.dropped} events "
                 f"({self.delivered} delivered)",

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import anyio
 import attrs
 
+from ._log import store_fault
 from ._runstore import JSON, LeaseLost, RunStore, RunStoreUnavailable
 
 T = TypeVar("T")
@@ -53,8 +54,12 @@ async def retried(
     *,
     within_s: float,
     landed: Callable[[], Awaitable[T | None]] | None = None,
+    run_id: str | None = None,
 ) -> T:
     """``await op()``, tried again through :class:`RunStoreUnavailable` for ``within_s``.
+
+    The fault is logged (WARNING on the ``tether`` logger, for ``run_id``) when it
+    first happens and when it is given up on, not at every try.
 
     After a fault, a ``ValueError`` or :class:`LeaseLost` from a later try asks
     ``landed()`` whether the faulted try took effect; its answer (not ``None``)
@@ -65,11 +70,13 @@ async def retried(
     while True:
         try:
             return await op()
-        except RunStoreUnavailable:
+        except RunStoreUnavailable as exc:
             now = anyio.current_time()
             if deadline is None:
                 deadline = now + within_s
+                store_fault(run_id, exc, gave_up=False)
             if now >= deadline:
+                store_fault(run_id, exc, gave_up=True)
                 raise
             # Jitter: the runs of one Runtime hit by one fault do not come back in step.
             await anyio.sleep(min(pause * random.uniform(0.5, 1.0), deadline - now))
@@ -77,7 +84,7 @@ async def retried(
         except (ValueError, LeaseLost):
             if deadline is None or landed is None:
                 raise
-            settled = await retried(landed, within_s=within_s)
+            settled = await retried(landed, within_s=within_s, run_id=run_id)
             if settled is None:
                 raise
             return settled

@@ -1,5 +1,7 @@
 """tether: an async actor-model runtime for LLM agents, on asyncio and trio."""
 
+from typing import Any
+
 from tether import events as events
 from tether._sync import run_sync as run_sync
 from tether.actors import FatalToolError as FatalToolError
@@ -49,6 +51,10 @@ from tether.runtime import Termination as Termination
 from tether.runtime import TruncateOldest as TruncateOldest
 from tether.runtime import Usage as Usage
 from tether.runtime import Verdict as Verdict
+
+#: The installed distribution's version (``importlib.metadata.version("tether")``),
+#: read on first use: the package metadata is not searched at import.
+__version__: str
 
 __all__ = [
     "Agent",
@@ -101,3 +107,13 @@ __all__ = [
     "run_sync",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        value = version("tether")
+        globals()["__version__"] = value  # read once
+        return value
+    raise AttributeError(f"module 'tether' has no attribute {name!r}")

@@ -180,6 +180,34 @@ async def use_deps(provider: tether.providers.Provider) -> None:
     del result, wrong
 
 
+def greeting(ctx: tether.RunContext[Db]) -> str:
+    return f"You serve {ctx.deps.url}."
+
+
+async def async_greeting(ctx: tether.RunContext[Db]) -> str:
+    return f"You serve {ctx.deps.url}."
+
+
+def model_strings_and_instructions() -> list[tether.Agent[Db]]:
+    """A model string is a provider; instructions may be a function of the run's context."""
+    made: tether.providers.Provider = tether.providers.infer_provider("openai:gpt-4.1-mini")
+    version: str = tether.__version__
+    del made, version
+    return [
+        tether.Agent(name="s", provider="anthropic:claude-sonnet-4-5", instructions=greeting),
+        tether.Agent(name="a", provider="scripted:hi", instructions=async_greeting),
+        tether.Agent(name="l", provider="openai:gpt-4.1", instructions=lambda ctx: ctx.deps.url),
+        tether.Agent(name="t", provider="scripted:hi", instructions="static", tools=[lookup]),
+    ]
+
+
+def wrong_instructions() -> None:
+    tether.Agent(name="n", provider="scripted:x", instructions=42)  # type: ignore[arg-type]
+    # A function of other deps than the agent's runs carry is a type error.
+    agent: tether.Agent[int] = tether.Agent(name="d", provider="scripted:x", instructions=greeting)  # type: ignore[arg-type]
+    del agent
+
+
 @attrs.frozen
 class Trip:
     city: str

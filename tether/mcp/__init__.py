@@ -55,16 +55,23 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.lowlevel
 import attrs
-import httpx2
-import mcp_types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import Subscription, ToolsListChanged
-from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+try:
+    import httpx2
+    import mcp_types
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import Subscription, ToolsListChanged
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    from tether.mcp._mcp_stdio import RESULT_TOO_LARGE, stdio_transport
+except ImportError as exc:  # tests/test_extras.py hides the SDK to check this
+    raise ImportError(
+        f"tether.mcp needs the MCP SDK, which is not installed ({exc}): pip install 'tether[mcp]'"
+    ) from exc
 
 from tether.actors import ToolError, ToolOutput
-from tether.mcp._mcp_stdio import RESULT_TOO_LARGE, stdio_transport
 from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
