@@ -14,7 +14,9 @@ from tether.providers import (
     AuthenticationFailed,
     Backoff,
     FallbackProvider,
+    GeminiProvider,
     OpenAIProvider,
+    OpenAIResponsesProvider,
     ScriptedProvider,
     infer_provider,
 )
@@ -33,6 +35,8 @@ FAST = Backoff(initial=0.001, cap=0.01, jitter=False)
 def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
 
 
 # ----------------------------------------------------------------- model strings
@@ -49,6 +53,14 @@ def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         ("openai:gpt-4.1-mini", OpenAIProvider, "gpt-4.1-mini", "OPENAI_API_KEY"),
         ("OpenAI: gpt-4.1-mini ", OpenAIProvider, "gpt-4.1-mini", "OPENAI_API_KEY"),
+        (
+            "openai-responses:gpt-5-mini",
+            OpenAIResponsesProvider,
+            "gpt-5-mini",
+            "OPENAI_API_KEY",
+        ),
+        ("gemini:gemini-2.5-flash", GeminiProvider, "gemini-2.5-flash", "GEMINI_API_KEY"),
+        ("gemini:gemini-2.5-flash", GeminiProvider, "gemini-2.5-flash", "GOOGLE_API_KEY"),
     ],
 )
 def test_a_model_string_makes_the_vendor_provider_with_the_environment_key(
@@ -113,7 +125,7 @@ def test_a_bad_model_string_is_a_value_error_listing_the_known_prefixes(
     if "prefix" in words:
         known = ", ".join(f"'{p}:'" for p in sorted(PREFIXES))
         assert f"(known prefixes: {known})" in str(caught.value)
-        assert "'anthropic:', 'openai:'" in known
+        assert known == ("'anthropic:', 'gemini:', 'openai:', 'openai-responses:', 'scripted:'")
 
 
 def test_infer_provider_refuses_what_is_not_a_string() -> None:
@@ -133,6 +145,8 @@ def test_infer_provider_refuses_what_is_not_a_string() -> None:
     [
         ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
         ("openai:gpt-4.1-mini", "OPENAI_API_KEY"),
+        ("openai-responses:gpt-5-mini", "OPENAI_API_KEY"),
+        ("gemini:gemini-2.5-flash", "GEMINI_API_KEY"),
     ],
 )
 async def test_a_missing_key_raises_at_start_before_a_run_exists(provider: str, env: str) -> None:
