@@ -250,6 +250,11 @@ class Durable:
         """The deadline a lease taken or renewed by a write sent at ``sent`` gives."""
         return sent + self.lease_s * (1 - LEASE_MARGIN)
 
+    @property
+    def deadline(self) -> float:
+        """When this owner's lease may lapse, by its own clock (``inf``: not in the store)."""
+        return self._deadline
+
     def renewed(self, sent: float) -> None:
         """A write that renews the lease, sent at ``sent`` (this owner's clock), succeeded."""
         deadline = self._until(sent)

@@ -53,14 +53,17 @@ async def retried(
     *,
     within_s: float,
     landed: Callable[[], Awaitable[T | None]] | None = None,
+    until: float | None = None,
 ) -> T:
-    """``await op()``, tried again through :class:`RunStoreUnavailable` for ``within_s``.
+    """``await op()``, tried again through :class:`RunStoreUnavailable` for ``within_s``
+    from the first fault, or (``until``) up to that moment of ``anyio.current_time()``.
 
     After a fault, a ``ValueError`` or :class:`LeaseLost` from a later try asks
     ``landed()`` whether the faulted try took effect; its answer (not ``None``)
     is then the result (see the module docstring).
     """
-    deadline: float | None = None
+    deadline = until
+    faulted = False
     pause = FIRST_PAUSE_S
     while True:
         try:
@@ -71,13 +74,14 @@ async def retried(
                 deadline = now + within_s
             if now >= deadline:
                 raise
+            faulted = True
             # Jitter: the runs of one Runtime hit by one fault do not come back in step.
             await anyio.sleep(min(pause * random.uniform(0.5, 1.0), deadline - now))
             pause = min(pause * 2, LONGEST_PAUSE_S)
         except (ValueError, LeaseLost):
-            if deadline is None or landed is None:
+            if not faulted or landed is None:
                 raise
-            settled = await retried(landed, within_s=within_s)
+            settled = await retried(landed, within_s=within_s, until=until)
             if settled is None:
                 raise
             return settled
