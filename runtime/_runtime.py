@@ -662,9 +662,19 @@ class Runtime:
 
     async def _answer(self, run_id: str, call_id: str, approved: bool, note: str | None) -> None:
         run = self._runs.get(run_id)
-        if run is not None and run._durable is None:
-            run.answer(call_id, approved, note)
-            return
+        if run is not None:
+            durable = run._durable
+            if durable is None:
+                run.answer(call_id, approved, note)
+                return
+            if durable.parked or any(p.call.id == call_id for p in run.pending_approvals()):
+                # Parking at this call (its ApprovalRequested is out, its park is being
+                # written), or parked and not gone yet: the store takes the answer, and
+                # this Runtime can resume the run, once the run has left. Answered
+                # earlier, the store would refuse it (not parked yet), or the resume
+                # below would (the run still in flight here) and the answer would wait
+                # in the store for a Runtime with resume=True.
+                await run.wait_finished()
         keeper = self._keeper
         if keeper is None:
             raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
