@@ -662,19 +662,11 @@ class Runtime:
 
     async def _answer(self, run_id: str, call_id: str, approved: bool, note: str | None) -> None:
         run = self._runs.get(run_id)
+        if run is not None and run._durable is None:
+            run.answer(call_id, approved, note)
+            return
         if run is not None:
-            durable = run._durable
-            if durable is None:
-                run.answer(call_id, approved, note)
-                return
-            if durable.parked or any(p.call.id == call_id for p in run.pending_approvals()):
-                # Parking at this call (its ApprovalRequested is out, its park is being
-                # written), or parked and not gone yet: the store takes the answer, and
-                # this Runtime can resume the run, once the run has left. Answered
-                # earlier, the store would refuse it (not parked yet), or the resume
-                # below would (the run still in flight here) and the answer would wait
-                # in the store for a Runtime with resume=True.
-                await run.wait_finished()
+            await _until_parked(run, call_id)
         keeper = self._keeper
         if keeper is None:
             raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
@@ -830,6 +822,21 @@ def _check_start(
     run_id = run_id or rt.new_run_id()
     _check_free(rt, run_id)
     return checked, run_id
+
+
+async def _until_parked(run: Run, call_id: str) -> None:
+    """A durable run in flight here that is parking at ``call_id`` (its ApprovalRequested is
+    out, its park is being written) or parked and not gone yet: wait until it has left.
+
+    The store takes an answer only once the run is parked, and this Runtime can resume
+    it only once it has left: answered earlier, the store would refuse the answer (not
+    parked yet), or ``resume`` would (the run still in flight here) and the answer would
+    wait in the store for a Runtime with ``resume=True``.
+    """
+    durable = run._durable
+    assert durable is not None
+    if durable.parked or any(p.call.id == call_id for p in run.pending_approvals()):
+        await run.wait_finished()
 
 
 async def stored_pending(store: RunStore, run_id: str) -> list[PendingApproval]:
