@@ -341,17 +341,21 @@ class Run:
     def _finish(self, termination: Termination, error: str | None) -> None:
         """Assembly; published now, or once the run store has the end (see ``_ending``)."""
         tools, self._tool_round = self._tool_round, None
-        self._ending = assemble(
-            self.id, self.agent, self.state, self.trail, tools, termination, error
+        now = self._durable is None  # no store: the end counts at once
+        self._ending = ending = assemble(
+            self.id, self.agent, self.state, self.trail, tools, termination, error, now
         )
-        if self._durable is None:
-            self.publish(self._ending)
+        if now:
+            self._published(ending.result)
 
     def publish(self, ending: Ending) -> None:
         """The end counts: ``RunFinished``, the result, the waiters woken; exactly once."""
         trail = self.trail
         trail.add(ending.event)
-        self.result = attrs.evolve(ending.result, events=trail.finish())
+        self._published(attrs.evolve(ending.result, events=trail.finish()))
+
+    def _published(self, result: RunResult[Any]) -> None:
+        self.result = result
         # A finished run keeps its result, not its machinery: handles may keep
         # thousands of finished runs, and the garbage collector walks them all.
         self.state.messages = []
