@@ -95,6 +95,7 @@ class Run:
         "_done",
         "_durable",
         "_ending",
+        "_fence",
         "_first",
         "_forced",
         "_judge",
@@ -133,8 +134,12 @@ class Run:
         extras: RunExtras = NO_EXTRAS,
         transcript: Transcript | None = None,
         durable: Durable | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.id, self._durable = run_id, durable  # with a run store (_durable.py), or None
+        # Asked before each model and tool attempt: a durable run's lease (Durable.may_act),
+        # or a sub-agent's parent's, whose tool call the child runs in.
+        self._fence = fence if durable is None else durable.may_act
         self.agent = agent
         self.input, self._first = input, first  # text form; the parts' message (_input.py)
         self._services = services
@@ -380,7 +385,7 @@ class Run:
             trail=self.trail,
             accounts=self.accounts,
             limits=agent.limits,
-            may_act=None if self._durable is None else self._durable.may_act,
+            may_act=self._fence,
         )
 
     def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
@@ -540,6 +545,7 @@ class Run:
             per_run=self.per_run,
             output=self.agent.typed_output,
             recorder=self._durable,
+            fence=self._fence,
             held=None if held is None else held.admission,
         )
         self.trail.enter("execute")
@@ -630,7 +636,15 @@ async def _run_child(
     )
     extras = prepare(agent, None, parent.per_run.deps)
     child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
-    child = Run(services, child_agent, task, services.new_run_id(), parent.id, extras=extras)
+    child = Run(
+        services,
+        child_agent,
+        task,
+        services.new_run_id(),
+        parent.id,
+        extras=extras,
+        fence=parent._fence,  # a parent that may have lost its lease: the child stops too
+    )
     await child.main(admit=False)
     assert child.result is not None
     return _child_output(agent.name, child.result)
