@@ -182,13 +182,13 @@ class Durable:
 
     __slots__ = (
         "_created",
-        "_deadline",
         "_failed",
         "_faults",
         "_flushed",
         "_lost",
         "_recall_round",
         "_run",
+        "deadline",
         "epoch",
         "lease_s",
         "owed_s",
@@ -214,11 +214,11 @@ class Durable:
         self._faults = Faults() if faults is None else faults
         #: The lease epoch this owner writes with (the fencing token; a new run's is 1).
         self.epoch = 1 if claim is None else claim.epoch
-        # The lease by this owner's clock: none before the run is in the store (nobody
-        # else can have it), else from when the claim was sent.
-        self._deadline = math.inf
+        #: When this owner's lease may lapse, by its own clock: never before the run is in
+        #: the store (nobody else can have it), else from when the claim was sent.
+        self.deadline = math.inf
         if claim is not None:
-            self._deadline = self._until(anyio.current_time() if claimed_at is None else claimed_at)
+            self.deadline = self._until(anyio.current_time() if claimed_at is None else claimed_at)
         self._created = claim is not None
         self._lost = False
         self._failed: str | None = None  # why a write failed past the lease
@@ -237,7 +237,7 @@ class Durable:
         """The run's record was created before it began (``Runtime.submit``), by a
         write sent at ``sent``: the lease runs from then."""
         self._created = True
-        self._deadline = self._until(sent)
+        self.deadline = self._until(sent)
 
     @property
     def created(self) -> bool:
@@ -253,8 +253,8 @@ class Durable:
     def renewed(self, sent: float) -> None:
         """A write that renews the lease, sent at ``sent`` (this owner's clock), succeeded."""
         deadline = self._until(sent)
-        if deadline > self._deadline:
-            self._deadline = deadline
+        if deadline > self.deadline:
+            self.deadline = deadline
 
     def may_act(self) -> bool:
         """Whether the run may start a side effect now (see the module docstring).
@@ -266,7 +266,7 @@ class Durable:
         """
         if self._lost or self._failed is not None:
             return False
-        if anyio.current_time() < self._deadline:
+        if anyio.current_time() < self.deadline:
             return True
         if self._run is not None:
             why = f"its lease of {self.lease_s:g} s may have lapsed: it was not renewed in time"
@@ -309,7 +309,7 @@ class Durable:
                 self.fail(run, exc)
                 return
             self._created = True
-            self._deadline = self._until(sent)
+            self.deadline = self._until(sent)
         await self.boundary(run, None)
 
     async def boundary(self, run: Run, decision: Decision | None) -> None:
@@ -405,7 +405,7 @@ class Durable:
             if claim is None:
                 self.lose(run, LeaseLost("claimed by another Runtime while it was parked"))
             else:  # owned again, at the claim's epoch
-                self.epoch, self._deadline = claim.epoch, self._until(sent)
+                self.epoch, self.deadline = claim.epoch, self._until(sent)
         await anyio.lowlevel.checkpoint()
 
     def lose(self, run: Run, why: Exception) -> None:

@@ -54,11 +54,15 @@ def assemble(
     tools: ToolRound | None,
     termination: Termination,
     error: str | None,
+    now: bool = False,
 ) -> Ending:
     """Assembly (the ``finalize`` stage): the run's ``RunFinished`` and result.
 
     ``tools`` is the tool round in flight, if the run ended in one: it still
-    answers every ``tool_use`` it got."""
+    answers every ``tool_use`` it got. ``now`` (a run without a store): the end
+    counts at once, so ``RunFinished`` goes into the trail here and the result
+    has the trail's events (``Run.publish`` is then not needed: a run that
+    does not use a store pays nothing for holding its end back)."""
     with trail.stage("finalize"):
         if tools is not None:
             tools.abort("the run ended before this call ran")
@@ -70,6 +74,8 @@ def assemble(
     event = ev.RunFinished(
         **trail.head(), termination=termination, usage=usage, output=output, error=error
     )
+    if now:
+        trail.add(event)
     typed = agent.typed_output
     result: RunResult[Any] = RunResult(
         run_id=run_id,
@@ -79,7 +85,7 @@ def assemble(
         judgement=judgement,
         usage=usage,
         messages=messages,
-        events=(),
+        events=trail.finish() if now else (),
         error=error,
     )
     return Ending(event=event, result=result)

@@ -6,7 +6,8 @@ and while the Runtime runs, one task of its own (in the Runtime's task group):
 
 * every ``lease_s / 3`` it renews the leases of the runs this Runtime owns
   (one :meth:`~.RunStore.renew` for all of them, each at its epoch, tried
-  again through a passing store fault until the next renewal is due), moves
+  again through a passing store fault for as long as that can keep a lease:
+  until the earliest of their deadlines), moves
   each run's own lease deadline on (see :mod:`._durable`, fencing), hands
   cancel and stop requests made through the store to those runs, and cancels
   a run whose lease was lost (another Runtime has it now);
@@ -194,10 +195,12 @@ class Keeper:
 
     async def _every(self, job: Callable[[], Any], now: bool = False) -> None:
         interval = self.lease_s / 3
+        due = anyio.current_time() + (0.0 if now else interval)
         while True:
-            if not now:
-                await anyio.sleep(interval)
-            now = False
+            # At a fixed rate: a slow job (a renewal that waited for the store) does not
+            # push the next one out by its own length; a late one goes at once.
+            await anyio.sleep_until(due)
+            due = max(due + interval, anyio.current_time())
             try:
                 await job()
             except RunStoreError as exc:
@@ -218,11 +221,16 @@ class Keeper:
         ids = [i for i, _ in owned]
         epochs = [durable.epoch for _, (_, durable) in owned]
         sent = anyio.current_time()
-        # A passing fault is tried again until the next renewal is due.
+        # A passing fault is tried again for as long as a renewal can keep a lease: up to
+        # the earliest of the runs' deadlines (and for a third of the lease at least). Not
+        # only until the next renewal is due: a fault a little longer than lease_s / 3
+        # would then leave the next try for the very moment the leases lapse.
+        until = max(sent + self.lease_s / 3, min(durable.deadline for _, (_, durable) in owned))
         try:
             controls = await retried(
                 lambda: self.store.renew(self.owner, ids, lease_s=self.lease_s, epochs=epochs),
                 within_s=self.lease_s / 3,
+                until=until,
             )
         except RunStoreUnavailable:
             self.faults.seen()

@@ -88,6 +88,30 @@ CONTINUE_PROMPT = "Continue exactly where you stopped, without repeating anythin
 _CUT_FAILURES = frozenset({Termination.CRASHED, Termination.PROVIDER_FAILED})
 
 
+async def _note_start(run: Run) -> Decision | None:
+    """``RunStarted``, the first event of a run's trail (a resumed run's has it already),
+    after an instructions function gave the run its system prompt: ``None``, or the
+    decision that ends the run when the function failed (see ``_instructions.py``)."""
+    agent, state = run.agent, run.state
+    text: str | Decision | None = None
+    try:
+        if not isinstance(agent.instructions, str):
+            text = await resolve(agent.instructions, run.per_run.context())
+            if isinstance(text, str):
+                state.system = text
+    finally:  # cancelled in the function too: every run's trail starts so
+        run.trail.note(
+            ev.RunStarted,
+            agent=agent.name,
+            input=run.input,
+            parent_run_id=state.parent_run_id,
+            provider=getattr(agent.provider, "name", None),
+            model=getattr(agent.provider, "model", None),
+            instructions=text if isinstance(text, str) else None,
+        )
+    return text if isinstance(text, Decision) else None
+
+
 class Run:
     """One run: a supervisor actor. Created by :meth:`Runtime.start`."""
 
@@ -97,6 +121,7 @@ class Run:
         "_done",
         "_durable",
         "_ending",
+        "_fence",
         "_first",
         "_forced",
         "_judge",
@@ -135,8 +160,12 @@ class Run:
         extras: RunExtras = NO_EXTRAS,
         transcript: Transcript | None = None,
         durable: Durable | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.id, self._durable = run_id, durable  # with a run store (_durable.py), or None
+        # Asked before each model and tool attempt: a durable run's lease (Durable.may_act),
+        # or a sub-agent's parent's, whose tool call the child runs in.
+        self._fence = fence if durable is None else durable.may_act
         self.agent = agent
         self.input, self._first = input, first  # text form; the parts' message (_input.py)
         self._services = services
@@ -277,26 +306,9 @@ class Run:
         self._started = anyio.current_time()
         if agent.limits.timeout_s is not None:
             tg.cancel_scope.deadline = self._started + agent.limits.timeout_s
-        if not trail:  # a resumed run's trail has it already
-            text: str | Decision | None = None
-            try:
-                if not isinstance(agent.instructions, str):
-                    text = await resolve(agent.instructions, self.per_run.context())
-                    if isinstance(text, str):
-                        state.system = text
-            finally:  # cancelled in the function too: every run's trail starts so
-                trail.note(
-                    ev.RunStarted,
-                    agent=agent.name,
-                    input=self.input,
-                    parent_run_id=state.parent_run_id,
-                    provider=getattr(agent.provider, "name", None),
-                    model=getattr(agent.provider, "model", None),
-                    instructions=text if isinstance(text, str) else None,
-                )
-            if isinstance(text, Decision):
-                self._decision = text
-                return
+        if not trail and (failed := await _note_start(self)) is not None:
+            self._decision = failed  # the instructions function failed
+            return
         self._start_children(tg)
         try:
             point = None if durable is None else durable.point
@@ -355,20 +367,24 @@ class Run:
     def _finish(self, termination: Termination, error: str | None) -> None:
         """Assembly; published now, or once the run store has the end (see ``_ending``)."""
         tools, self._tool_round = self._tool_round, None
-        self._ending = assemble(
-            self.id, self.agent, self.state, self.trail, tools, termination, error
+        now = self._durable is None  # no store: the end counts at once
+        self._ending = ending = assemble(
+            self.id, self.agent, self.state, self.trail, tools, termination, error, now
         )
-        if self._durable is None:
-            self.publish(self._ending)
+        if now:
+            self._published(ending.result)
 
     def publish(self, ending: Ending) -> None:
         """The end counts: ``RunFinished``, the result, the waiters woken; exactly once."""
         trail = self.trail
         trail.add(ending.event)
-        self.result = attrs.evolve(ending.result, events=trail.finish())
+        self._published(attrs.evolve(ending.result, events=trail.finish()))
+
+    def _published(self, result: RunResult[Any]) -> None:
+        self.result = result
         if log.isEnabledFor(INFO):  # one cached check per run end when logging is off
             took = None if self._started is None else anyio.current_time() - self._started
-            run_ended(self.result, self.agent.name, took)
+            run_ended(result, self.agent.name, took)
         # A finished run keeps its result, not its machinery: handles may keep
         # thousands of finished runs, and the garbage collector walks them all.
         self.state.messages = []
@@ -393,7 +409,7 @@ class Run:
             trail=self.trail,
             accounts=self.accounts,
             limits=agent.limits,
-            may_act=None if self._durable is None else self._durable.may_act,
+            may_act=self._fence,
         )
 
     def _spawn(self, name: str, factory: Callable[[], Any]) -> ActorRef[Any]:
@@ -553,6 +569,7 @@ class Run:
             per_run=self.per_run,
             output=self.agent.typed_output,
             recorder=self._durable,
+            fence=self._fence,
             held=None if held is None else held.admission,
         )
         self.trail.enter("execute")
@@ -643,7 +660,15 @@ async def _run_child(
     )
     extras = prepare(agent, None, parent.per_run.deps)
     child_agent = attrs.evolve(agent, limits=limits)  # the child inherits the deps
-    child = Run(services, child_agent, task, services.new_run_id(), parent.id, extras=extras)
+    child = Run(
+        services,
+        child_agent,
+        task,
+        services.new_run_id(),
+        parent.id,
+        extras=extras,
+        fence=parent._fence,  # a parent that may have lost its lease: the child stops too
+    )
     await child.main(admit=False)
     assert child.result is not None
     return _child_output(agent.name, child.result)

@@ -469,9 +469,8 @@ class Runtime:
         parts, which the first user message carries (see :mod:`._input`).
         ``settings`` are merged over the agent's (the run's fields win); a
         setting the provider cannot honour is a ``ValueError`` here. ``deps``
-        is what tools, policies and judges read as ``ctx.deps``. A provider that
-        could send no request (no API key where its endpoint needs one) raises
-        its :class:`~tether.providers.AuthenticationFailed` here, before a run exists.
+        is what tools, policies and judges read as ``ctx.deps``. A provider with no API
+        key where its endpoint needs one raises ``AuthenticationFailed`` here, at once.
 
         ``history`` is the transcript the run continues (a previous
         ``RunResult.messages``, say); it is checked here (see
@@ -667,6 +666,8 @@ class Runtime:
         if run is not None and run._durable is None:
             run.answer(call_id, approved, note)
             return
+        if run is not None:
+            await _until_parked(run, call_id)
         keeper = self._keeper
         if keeper is None:
             raise RunNotFound(f"no run {run_id!r} is in flight in this Runtime")
@@ -826,6 +827,21 @@ def _check_start(
     run_id = run_id or rt.new_run_id()
     _check_free(rt, run_id)
     return checked, run_id
+
+
+async def _until_parked(run: Run, call_id: str) -> None:
+    """A durable run in flight here that is parking at ``call_id`` (its ApprovalRequested is
+    out, its park is being written) or parked and not gone yet: wait until it has left.
+
+    The store takes an answer only once the run is parked, and this Runtime can resume
+    it only once it has left: answered earlier, the store would refuse the answer (not
+    parked yet), or ``resume`` would (the run still in flight here) and the answer would
+    wait in the store for a Runtime with ``resume=True``.
+    """
+    durable = run._durable
+    assert durable is not None
+    if durable.parked or any(p.call.id == call_id for p in run.pending_approvals()):
+        await run.wait_finished()
 
 
 async def stored_pending(store: RunStore, run_id: str) -> list[PendingApproval]:

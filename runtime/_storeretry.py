@@ -54,9 +54,11 @@ async def retried(
     *,
     within_s: float,
     landed: Callable[[], Awaitable[T | None]] | None = None,
+    until: float | None = None,
     run_id: str | None = None,
 ) -> T:
-    """``await op()``, tried again through :class:`RunStoreUnavailable` for ``within_s``.
+    """``await op()``, tried again through :class:`RunStoreUnavailable` for ``within_s``
+    from the first fault, or (``until``) up to that moment of ``anyio.current_time()``.
 
     The fault is logged (WARNING on the ``tether`` logger, for ``run_id``) when it
     first happens and when it is given up on, not at every try.
@@ -65,7 +67,8 @@ async def retried(
     ``landed()`` whether the faulted try took effect; its answer (not ``None``)
     is then the result (see the module docstring).
     """
-    deadline: float | None = None
+    deadline = until
+    faulted = False
     pause = FIRST_PAUSE_S
     while True:
         try:
@@ -74,6 +77,8 @@ async def retried(
             now = anyio.current_time()
             if deadline is None:
                 deadline = now + within_s
+            if not faulted:
+                faulted = True
                 store_fault(run_id, exc, gave_up=False)
             if now >= deadline:
                 store_fault(run_id, exc, gave_up=True)
@@ -82,9 +87,9 @@ async def retried(
             await anyio.sleep(min(pause * random.uniform(0.5, 1.0), deadline - now))
             pause = min(pause * 2, LONGEST_PAUSE_S)
         except (ValueError, LeaseLost):
-            if deadline is None or landed is None:
+            if not faulted or landed is None:
                 raise
-            settled = await retried(landed, within_s=within_s, run_id=run_id)
+            settled = await retried(landed, within_s=within_s, until=until, run_id=run_id)
             if settled is None:
                 raise
             return settled

@@ -132,6 +132,7 @@ class ToolRound:
         "_approvals",
         "_calls",
         "_catalogue",
+        "_fence",
         "_held",
         "_in_flight",
         "_limits",
@@ -165,8 +166,11 @@ class ToolRound:
         output: TypedOutput | None = None,
         recorder: ToolRecorder | None = None,
         held: Admission | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self._calls = calls
+        # Asked before each tool attempt (RunTools.may_act): the run's lease, or its parent's.
+        self._fence = fence
         # A parked round, answered: how its calls were decided before the park.
         self._held = held
         self._recorder = recorder
@@ -404,7 +408,7 @@ class ToolRound:
                     invocations=tuple(invocations),
                     reply=reply,
                     context=context,
-                    may_act=None if recorder is None else recorder.may_act,
+                    may_act=self._fence,
                 )
             )
             while pending:  # one answer per call; the end of the stream is not awaited

@@ -233,3 +233,80 @@ async def test_the_idempotency_key_of_a_run_without_a_store(anyio_backend: str) 
         result = await rt.run(agent("effect"), "go", run_id="plain")
     assert result.termination is tether.Termination.ANSWERED
     assert started == [("effect", "plain:call_0_0")]
+
+
+#: Per model request of the sub-agent: whether the first owner's lease of its parent had
+#: lapsed by that owner's clock when it was sent.
+child_requests: list[bool] = []
+#: The first owner of the parent run (set by the test).
+owner: list[tether.Runtime] = []
+
+
+@tether.tool(sequential=True)
+async def until_lapsed(key: str) -> str:
+    """The sub-agent's tool: the first time, it returns just after the parent's deadline
+    (by the owner's clock), well before the keeper's next check."""
+    if owner:  # the first owner's child, the first time
+        rt = owner.pop()
+        deadline = rt._keeper.owned["p"][1].deadline  # type: ignore[union-attr]
+        lapsed_at.append(deadline)
+        await anyio.sleep_until(deadline)
+    return f"waited {key}"
+
+
+def sub_agent() -> tether.Agent:
+    """Round 1 calls ``until_lapsed``; round 2 answers."""
+
+    def model(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        child_requests.append(bool(lapsed_at) and anyio.current_time() >= lapsed_at[0])
+        if results_in(request) == 0:
+            return Reply(tool_calls=[ToolCall(name="until_lapsed", arguments={"key": "k"})])
+        return Reply(text="child done")
+
+    return tether.Agent(
+        name="sub",
+        instructions="wait",
+        provider=ScriptedProvider(model),
+        tools=[until_lapsed],
+    )
+
+
+lapsed_at: list[float] = []
+
+
+def parent_agent() -> tether.Agent:
+    def model(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        if results_in(request) == 0:
+            return Reply(tool_calls=[ToolCall(name="sub", arguments={"task": "go"})])
+        return Reply(text="parent done")
+
+    return tether.Agent(
+        name="parent",
+        instructions="delegate",
+        provider=ScriptedProvider(model),
+        tools=[sub_agent().as_tool()],
+    )
+
+
+@BACKENDS
+async def test_a_sub_agent_stops_with_its_parents_lease(anyio_backend: Any) -> None:
+    """A durable run's sub-agent asks its parent's fence before each model and tool call:
+    once the parent's lease may have lapsed (no renewal comes back), the child sends no
+    request, even before the keeper's next check would cut the parent. The new owner
+    runs the parent's round, and its child, again."""
+    child_requests.clear()
+    lapsed_at.clear()
+    store = MemoryRunStore()
+    store.hang.add("renew")
+    worker = parent_agent()
+    async with two_runtimes(store, worker) as (first, _):
+        # Off the keeper's beat (a check every third of a lease from the Runtime's
+        # start): the parent's deadline falls a sixth of a lease before the next check.
+        await anyio.sleep(LEASE_S / 6)
+        owner.append(first)
+        result = await first.start(worker, "go", run_id="p").result()
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == "parent done"
+    # The first owner's child: its first request only (the second would have come after
+    # the deadline); the new owner's child: both of its requests.
+    assert child_requests == [False, True, True]

@@ -19,6 +19,7 @@ from tether import events as ev
 from tether.runtime._durable import dump_result
 
 from .pg import PgServer, need_psycopg
+from .test_approval_race import approve_while_parking
 from .test_durable import Crashable, Hold, agent, assert_trail, effects
 
 pytestmark = pytest.mark.anyio
@@ -156,3 +157,14 @@ async def test_a_run_in_another_process_is_followed_live(
         assert [type(e).__name__ for e in result.events] == seen
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+async def test_an_approval_while_the_run_parks_waits_for_the_park(
+    pg_server: PgServer, pg_schema: str, anyio_backend: str, where: str
+) -> None:
+    """tests/test_approval_race.py on PostgreSQL: approved while the park is being written
+    (before it lands, or after it, before the run left), the call runs once, resumed here."""
+    store = pg_store(pg_server, pg_schema)
+    await approve_while_parking(store, where, "approve")
+    await store.aclose()

@@ -5,12 +5,21 @@ while 40 durable runs are in flight. Every run must end answered (none
 crashed), the store must hold for each exactly the ending its caller got, no
 tool call may run twice, and a later ``resume=True`` Runtime finds nothing to
 resume. Only this test's connections are terminated: those whose last statement
-named its schema (the server is shared).
+named its schema (the server is shared). The lease is short (3 s), so a fault
+the store takes seconds to get over shows as a ``store_failed`` run.
+
+The root of such seconds, once: the pool's own check on checkout slept a
+backoff (1 s, then 2 s, ...) in the worker thread after each dropped
+connection it handed out, so after a kill one job went through the pool's dead
+idle connections one a second, into a ``PoolTimeout``; renewals failed with it
+and leases lapsed (about 1 pass in 6 of the test below at ``lease_s=3``).
+``test_a_pool_of_dropped_connections_serves_the_next_call`` pins that.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import anyio
 import pytest
@@ -31,7 +40,7 @@ from tether.postgres import PostgresRunStore  # noqa: E402
 
 RUNS = 40
 ROUNDS = 4
-LEASE_S = 10.0
+LEASE_S = 3.0
 
 steps: Counter[str] = Counter()
 
@@ -59,6 +68,46 @@ def walker() -> tether.Agent:
         tools=[step],
         limits=tether.Limits(max_steps=ROUNDS + 2),
     )
+
+
+def terminate_pids(pg_server: PgServer, pids: set[int]) -> None:
+    """Terminate the backends ``pids`` and wait until they are gone."""
+    with pg_server.connect() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(pids),)
+        )
+        while conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)
+        ).fetchone() != (0,):
+            conn.execute("SELECT pg_sleep(0.01)")
+
+
+async def test_a_pool_of_dropped_connections_serves_the_next_call(
+    pg_server: PgServer, pg_schema: str, anyio_backend: str
+) -> None:
+    """The server drops all eight idle pooled connections: the next call is served (through
+    the dead ones at once, onto a new one), not refused with a pool timeout."""
+    store = PostgresRunStore(
+        pg_server.dsn, schema=pg_schema, max_connections=8, connect_timeout_s=2.0
+    )
+
+    def backend(conn: Any) -> int:
+        conn.execute("SELECT pg_sleep(0.2)")  # held a moment: eight at once fill the pool
+        return int(conn.info.backend_pid)
+
+    pids: set[int] = set()
+
+    async def one() -> None:
+        pids.add(await store._run(backend))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(one)
+    assert len(pids) == 8  # eight connections, idle in the pool now
+    await anyio.to_thread.run_sync(terminate_pids, pg_server, pids)
+    assert await store.get("nope") is None  # before: RunStoreUnavailable (no connection in 2 s)
+    assert await store._run(lambda conn: int(conn.info.backend_pid)) not in pids
+    await store.aclose()
 
 
 def terminate(pg_server: PgServer, schema: str) -> int:

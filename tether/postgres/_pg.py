@@ -18,7 +18,12 @@ Decisions:
   use; a job borrows one for its length and opens its own transaction when it
   writes more than one row. Each connection is checked on checkout
   (:func:`_check_connection`: free for a healthy one); one that broke is
-  discarded by the pool and replaced. A fault that may pass (a lost connection, no connection in
+  given back at once (the pool replaces it) and the next one is taken, without
+  a pause. (The pool's own ``check=`` sleeps a backoff of a second or more
+  after each broken connection it finds, in the worker thread: after the server
+  dropped every idle connection, a job stayed seconds in the check loop,
+  one broken connection a second, and runs under a short lease lost it.)
+  A fault that may pass (a lost connection, no connection in
   time, a statement timeout) raises the store's ``transient_error``, which
   the runtime retries (the run store's: ``RunStoreUnavailable``).
 * **Schema.** Everything a store creates lives in one PostgreSQL schema
@@ -51,6 +56,7 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn, TypeVar
 
@@ -256,9 +262,6 @@ class PostgresDatabase:
                     timeout=self.connect_timeout_s,
                     open=False,
                     name=f"tether-{self.component}",
-                    # A connection the server dropped (pg_terminate_backend, a restart)
-                    # is found and replaced on checkout, not handed to a job.
-                    check=_check_connection,
                 )
                 pool.open(wait=False)
                 self._pool = pool
@@ -268,8 +271,13 @@ class PostgresDatabase:
         """In a worker thread: borrow a connection, run ``job``, give it back."""
         try:
             self._ensure_schema()
-            with self._get_pool().connection() as conn:
-                return job(conn)
+            pool = self._get_pool()
+            conn = self._checkout(pool)
+            try:
+                with conn:  # as the pool's connection(): end the transaction, keep it open
+                    return job(conn)
+            finally:
+                pool.putconn(conn)  # a broken one is discarded and replaced
         except psycopg_pool.PoolTimeout as exc:
             raise (self.transient_error or self.error)(
                 f"{self.kind} at {self.where}: no connection within "
@@ -277,6 +285,29 @@ class PostgresDatabase:
             ) from exc
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
+
+    def _checkout(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection[Any]:
+        """A checked connection from ``pool`` within ``connect_timeout_s`` (else ``PoolTimeout``).
+
+        A connection the server dropped (``pg_terminate_backend``, a restart) is
+        given back, closed, for the pool to replace, and the next one is taken at
+        once: after the server dropped them all, a job goes through the pool's
+        idle connections in moments, not one per backoff pause (see the module
+        docstring).
+        """
+        deadline = time.monotonic() + self.connect_timeout_s
+        while True:
+            conn = pool.getconn(timeout=deadline - time.monotonic())
+            try:
+                _check_connection(conn)
+            except psycopg.Error:
+                conn.close()
+                pool.putconn(conn)
+                continue
+            except BaseException:
+                pool.putconn(conn)
+                raise
+            return conn
 
     def _ensure_schema(self) -> None:
         if self._schema_ready:
@@ -394,7 +425,8 @@ class PostgresDatabase:
 
 
 def _check_connection(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check on checkout: raise if ``conn`` is not usable.
+    """The check on checkout (:meth:`PostgresDatabase._checkout`): raise if ``conn`` is
+    not usable.
 
     An idle connection has nothing to read; something readable on its socket is
     the server speaking out of turn, which is how a terminated backend
