@@ -72,6 +72,7 @@ from ._errors import (
     StreamInterrupted,
 )
 from ._http import HttpCall, JsonBody, arguments_text, drain, post_json, post_sse
+from ._openai import API_KEY_ENV, DEFAULT_BASE_URL, ERROR_PREFIX, IMAGES_FROM, OFFICIAL_HOST
 from ._settings import ModelSettings, add_extra_body, extra_headers, refuse, refuse_overrides
 from ._shape import Shape
 from ._types import (
@@ -96,11 +97,6 @@ from ._types import (
 )
 from ._wire_errors import error_for_event
 
-API_KEY_ENV = "OPENAI_API_KEY"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-OFFICIAL_HOST = "api.openai.com"
-ERROR_PREFIX = "Error: "
-IMAGES_FROM = "Images returned by tool call {}:"
 #: The name reasoning blocks carry (``Reasoning.provider``) and events show.
 PROVIDER_NAME = "openai-responses"
 #: Model-name prefixes of OpenAI's reasoning models (see the module's notes).
