@@ -54,7 +54,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import attrs
@@ -216,30 +216,7 @@ class OpenAIProvider(HttpProvider):
     # -- request ------------------------------------------------------------
 
     def _http_call(self, request: ModelRequest) -> HttpCall:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if self.streaming else "application/json",
-        }
-        if self.api_key is not None:
-            check_key(self.api_key, self.name)
-            headers["authorization"] = f"Bearer {self.api_key}"
-        elif self.is_official:
-            raise AuthenticationFailed(f"openai: no API key: pass api_key= or set {API_KEY_ENV}")
-        if request.settings is not None and request.settings.extra_headers:
-            headers = extra_headers(self.name, request.settings, headers, OWN_HEADERS)
-        return HttpCall(
-            provider=self.name,
-            base_url=self.base_url,
-            url=f"{self.base_url}/chat/completions",
-            headers=headers,
-            payload=self.request_body(request),
-            timeout_s=self.timeout_s,
-            max_bytes=self.max_response_bytes,
-            secrets=(self.api_key,) if self.api_key else (),
-            note=None
-            if self.api_key is not None
-            else f"no API key was sent: none is configured (pass api_key= or set {API_KEY_ENV})",
-        )
+        return bearer_call(self, request, "chat/completions")
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request`` (the Chat Completions shape)."""
@@ -562,3 +539,52 @@ class _StreamState:
 
 
 __all__ = ["OpenAIProvider"]
+
+
+class _BearerProvider(Protocol):
+    """What :func:`bearer_call` reads of OpenAI's two providers."""
+
+    @property
+    def name(self) -> str: ...
+
+    api_key: str | None
+    base_url: str
+    streaming: bool
+    timeout_s: float | None
+    max_response_bytes: int
+
+    @property
+    def is_official(self) -> bool: ...
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]: ...
+
+
+def bearer_call(provider: _BearerProvider, request: ModelRequest, path: str) -> HttpCall:
+    """The HTTP call of one request to OpenAI's API (or a compatible server) at ``path``:
+    the key as a bearer token, required on OpenAI's own host only."""
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if provider.streaming else "application/json",
+    }
+    if provider.api_key is not None:
+        check_key(provider.api_key, provider.name)
+        headers["authorization"] = f"Bearer {provider.api_key}"
+    elif provider.is_official:
+        raise AuthenticationFailed(
+            f"{provider.name}: no API key: pass api_key= or set {API_KEY_ENV}"
+        )
+    if request.settings is not None and request.settings.extra_headers:
+        headers = extra_headers(provider.name, request.settings, headers, OWN_HEADERS)
+    return HttpCall(
+        provider=provider.name,
+        base_url=provider.base_url,
+        url=f"{provider.base_url}/{path}",
+        headers=headers,
+        payload=provider.request_body(request),
+        timeout_s=provider.timeout_s,
+        max_bytes=provider.max_response_bytes,
+        secrets=(provider.api_key,) if provider.api_key else (),
+        note=None
+        if provider.api_key is not None
+        else f"no API key was sent: none is configured (pass api_key= or set {API_KEY_ENV})",
+    )

@@ -63,17 +63,24 @@ import attrs
 from httpx_sse import ServerSentEvent
 
 from ._arguments import bound_arguments, parse_tool_arguments
-from ._base import HttpProvider, check_key, whole_response
+from ._base import HttpProvider, whole_response
 from ._errors import (
-    AuthenticationFailed,
     ProviderError,
     RateLimited,
     ServerError,
     StreamInterrupted,
 )
 from ._http import HttpCall, JsonBody, arguments_text, drain, post_json, post_sse
-from ._openai import API_KEY_ENV, DEFAULT_BASE_URL, ERROR_PREFIX, IMAGES_FROM, OFFICIAL_HOST
-from ._settings import ModelSettings, add_extra_body, extra_headers, refuse, refuse_overrides
+from ._openai import (
+    API_KEY_ENV,
+    DEFAULT_BASE_URL,
+    ERROR_PREFIX,
+    IMAGES_FROM,
+    OFFICIAL_HOST,
+    OWN_HEADERS,
+    bearer_call,
+)
+from ._settings import ModelSettings, add_extra_body, refuse, refuse_overrides
 from ._shape import Shape
 from ._types import (
     ZERO_USAGE,
@@ -137,7 +144,6 @@ OWN_FIELDS = frozenset(
         "text",
     }
 )
-OWN_HEADERS = frozenset({"authorization", "content-type", "accept"})
 #: ``incomplete_details.reason`` values and the stop reasons they are.
 _INCOMPLETE = {
     "max_output_tokens": StopReason.MAX_TOKENS,
@@ -251,32 +257,7 @@ class OpenAIResponsesProvider(HttpProvider):
     # -- request ------------------------------------------------------------
 
     def _http_call(self, request: ModelRequest) -> HttpCall:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if self.streaming else "application/json",
-        }
-        if self.api_key is not None:
-            check_key(self.api_key, self.name)
-            headers["authorization"] = f"Bearer {self.api_key}"
-        elif self.is_official:
-            raise AuthenticationFailed(
-                f"{self.name}: no API key: pass api_key= or set {API_KEY_ENV}"
-            )
-        if request.settings is not None and request.settings.extra_headers:
-            headers = extra_headers(self.name, request.settings, headers, OWN_HEADERS)
-        return HttpCall(
-            provider=self.name,
-            base_url=self.base_url,
-            url=f"{self.base_url}/responses",
-            headers=headers,
-            payload=self.request_body(request),
-            timeout_s=self.timeout_s,
-            max_bytes=self.max_response_bytes,
-            secrets=(self.api_key,) if self.api_key else (),
-            note=None
-            if self.api_key is not None
-            else f"no API key was sent: none is configured (pass api_key= or set {API_KEY_ENV})",
-        )
+        return bearer_call(self, request, "responses")
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request`` (the Responses API's shape)."""
