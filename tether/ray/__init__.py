@@ -960,6 +960,9 @@ class RayRunHandle(Generic[OutputT]):
     async def _where(self) -> int | None:
         """The host holding the run now, or ``None`` if no live host has it."""
         await self._started()
+        own = self._rt._handles.get(self.run_id)
+        if own is not None and own is not self:  # started here: maybe not on its host yet
+            await own._started()
         if self._host is not None and self._rt._infos[self._host] is not None:
             return self._host
         self._host = await self._rt._locate(self.run_id)
