@@ -17,6 +17,9 @@ def _reset_calls() -> None:
     calls.clear()
 
 
+# Browser tests: page, a headless Chromium page (tests/browser.py).
+from .browser import page as page  # noqa: E402
+
 # PostgreSQL: pg_server, pg_dsn, pg_schema (tests/pg.py).
 from .pg import pg_dsn as pg_dsn  # noqa: E402
 from .pg import pg_schema as pg_schema  # noqa: E402
