@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
-from contextlib import aclosing
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -77,6 +77,19 @@ async def read_json(scope: Scope, receive: Receive, max_bytes: int) -> Any:
         raise Refused(400, f"the body is not JSON: {e}") from None
 
 
+@asynccontextmanager
+async def closing(stream: AsyncIterator[Any]) -> AsyncIterator[None]:
+    """Close ``stream`` (an event stream, a generator of frames) on the way out, so a
+    reader that stops early unsubscribes at once, even when it is cancelled."""
+    try:
+        yield
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await aclose()
+
+
 def sse(data: Any) -> bytes:
     """One Server-Sent Events message with ``data`` as JSON on its one ``data:`` line."""
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
@@ -110,7 +123,7 @@ async def stream_sse(
 
         tg.start_soon(watch)
         await send({"type": "http.response.start", "status": 200, "headers": start_headers})
-        async with aclosing(frames):
+        async with closing(frames):
             async for frame in frames:
                 if not frame:
                     continue

@@ -37,7 +37,6 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import aclosing
 from typing import Any
 
 import attrs
@@ -61,6 +60,7 @@ from ._asgi import (
     answer_held,
     answer_json,
     answer_lifespan,
+    closing,
     read_json,
     sse,
     stream_sse,
@@ -134,7 +134,8 @@ class AGUIApp:
             try:
                 await answer_held(self.runtime, *resume)
             except (KeyError, ValueError, RunNotFound) as e:
-                await stream.aclose()  # type: ignore[attr-defined]
+                async with closing(stream):
+                    pass
                 await answer_json(send, 409, {"detail": f"the run could not be resumed: {e}"})
                 return
         frames = self._frames(request, handle, stream, skip, frontend)
@@ -195,7 +196,7 @@ class AGUIApp:
         maker = p.PartMaker(prefix=handle.run_id)
         spell = _Speller(prefix=handle.run_id, frontend=frontend)
         replaying = skip >= 0
-        async with aclosing(stream):
+        async with closing(stream):
             async for event in stream:
                 if replaying:
                     if event.seq <= skip:
@@ -214,8 +215,8 @@ class AGUIApp:
                                 key=thread,
                             )
                         )
-                        for closing in maker.pause():
-                            for out in spell.events(closing):
+                        for shut in maker.pause():
+                            for out in spell.events(shut):
                                 yield _frame(out)
                         yield from_state(request)
                         interrupts = [
@@ -408,7 +409,8 @@ def _user_blocks(content: str | Sequence[Any]) -> list[Any]:
         elif isinstance(part, agui.ImagePart):
             blocks.append(_image(part))
         else:
-            raise Refused(422, f"a user message part of type {part.type!r} is not supported")
+            kind = getattr(part, "type", type(part).__name__)
+            raise Refused(422, f"a user message part of type {kind!r} is not supported")
     return blocks
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing
 from typing import Any
 
 import attrs
@@ -53,6 +52,7 @@ from ._asgi import (
     answer_held,
     answer_json,
     answer_lifespan,
+    closing,
     read_json,
     sse,
     stream_sse,
@@ -113,7 +113,8 @@ class VercelAIApp:
             try:
                 await answer_held(self.runtime, *resume)
             except (KeyError, ValueError, RunNotFound) as e:
-                await stream.aclose()  # type: ignore[attr-defined]
+                async with closing(stream):
+                    pass
                 await answer_json(send, 409, {"detail": f"the run could not be resumed: {e}"})
                 return
         await stream_sse(
@@ -150,7 +151,7 @@ class VercelAIApp:
         yield sse({"type": "start", "messageId": handle.run_id})
         maker = p.PartMaker(prefix=handle.run_id)
         replaying = skip >= 0
-        async with aclosing(stream):
+        async with closing(stream):
             async for event in stream:
                 if replaying:
                     if event.seq <= skip:
@@ -173,8 +174,8 @@ class VercelAIApp:
                                     "toolCallId": call,
                                 }
                             )
-                        for closing in maker.pause():
-                            yield from_part(closing)
+                        for shut in maker.pause():
+                            yield from_part(shut)
                         yield sse({"type": "finish", "finishReason": "tool-calls"})
                         yield DONE
                         return
