@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("ag_ui")
 pytest.importorskip("starlette")
 
-from examples import ui_chat  # noqa: E402
-from examples._service import demo_agent  # noqa: E402
-from tests.browser import ARTIFACTS, serve_asgi  # noqa: E402
-from tests.browser import page as page  # noqa: E402,F401  (the fixture)
+from examples import ui_chat
+from examples._service import demo_agent
+from tests.browser import ARTIFACTS, serve_asgi
+from tests.browser import page as page
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

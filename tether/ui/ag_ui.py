@@ -40,8 +40,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import attrs
-from ag_ui import core as agui
-from pydantic import ValidationError
+
+try:
+    from ag_ui import core as agui
+    from pydantic import ValidationError
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("tether.ui.ag_ui needs ag-ui-protocol: pip install 'tether[ui]'") from exc
 
 import tether
 from tether.actors import ToolSpec
