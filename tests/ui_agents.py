@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import httpx
 
 import tether
@@ -122,3 +123,46 @@ def post_stream(url: str, body: Any) -> tuple[httpx.Response, list[Any]]:
             response.read()
             return response, []
         return response, list(sse_data(response.iter_lines()))
+
+
+async def call_asgi(app: Any, body: Any, *, leave_on: bytes | None = None) -> tuple[int, bytes]:
+    """POST ``body`` to the ASGI ``app`` in this task (no socket): the status and the
+    whole body. With ``leave_on`` the client disconnects as soon as a chunk of the
+    body containing it has been sent."""
+    data = json.dumps(body).encode()
+    asked = False
+    gone = anyio.Event()
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": data, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            return
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        if (leave_on is not None and leave_on in chunk) or not message.get("more_body", False):
+            gone.set()
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+def data_of(body: bytes) -> list[Any]:
+    return list(sse_data(iter(body.decode().splitlines())))

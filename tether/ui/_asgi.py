@@ -24,6 +24,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_BODY_BYTES = 1024 * 1024
 
 
+class Gone(Exception):
+    """The client left before its request was read: nobody to answer."""
+
+
 class Refused(Exception):
     """A request answered with an error status and ``{"detail": ...}``."""
 
@@ -63,7 +67,7 @@ async def read_json(scope: Scope, receive: Receive, max_bytes: int) -> Any:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise anyio.get_cancelled_exc_class()()  # nobody to answer
+            raise Gone
         body = message.get("body", b"")
         size += len(body)
         if size > max_bytes:

@@ -55,6 +55,7 @@ from tether.runtime import RunHandleLike, RunNotFound, RuntimeLike
 from . import _parts as p
 from ._asgi import (
     MAX_BODY_BYTES,
+    Gone,
     Held,
     HeldRuns,
     Receive,
@@ -133,6 +134,8 @@ class AGUIApp:
         except Refused as refusal:
             await answer_json(send, refusal.status, {"detail": refusal.detail})
             return
+        except Gone:
+            return
         stream = handle.events(deltas=True)  # subscribed before the answer: no delta missed
         if resume is not None:
             try:
@@ -142,7 +145,8 @@ class AGUIApp:
                     pass
                 await answer_json(send, 409, {"detail": f"the run could not be resumed: {e}"})
                 return
-        frames = self._frames(request, handle, stream, skip, frontend)
+        answered = frozenset(resume[0].call_ids) if resume else frozenset()
+        frames = self._frames(request, handle, stream, skip, frontend, answered)
         await stream_sse(
             send, receive, frames, on_disconnect=lambda: handle.cancel("the client disconnected")
         )
@@ -194,6 +198,7 @@ class AGUIApp:
         stream: AsyncIterator[tether.events.Event],
         skip: int,
         frontend: frozenset[str],
+        answered: frozenset[str],
     ) -> AsyncIterator[bytes]:
         thread, run = request.thread_id, request.run_id
         yield _frame(agui.RunStartedEvent(thread_id=thread, run_id=run))
@@ -210,7 +215,11 @@ class AGUIApp:
                     maker.forget_step()
                 for part in maker.feed(event):
                     if isinstance(part, p.ApprovalAsked):
+                        if part.call_id in answered:
+                            continue  # asked with the calls this request answered
                         pending = await handle.pending_approvals()
+                        if not pending:
+                            continue  # answered meanwhile (by another request)
                         self.held.put(
                             Held(
                                 handle=handle,

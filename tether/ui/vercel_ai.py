@@ -43,6 +43,7 @@ from tether.runtime import RunHandleLike, RunNotFound, RuntimeLike
 from . import _parts as p
 from ._asgi import (
     MAX_BODY_BYTES,
+    Gone,
     Held,
     HeldRuns,
     Receive,
@@ -108,6 +109,8 @@ class VercelAIApp:
         except Refused as refusal:
             await answer_json(send, refusal.status, {"detail": refusal.detail})
             return
+        except Gone:
+            return
         stream = handle.events(deltas=True)  # subscribed before the answer: no delta missed
         if resume is not None:
             try:
@@ -120,7 +123,9 @@ class VercelAIApp:
         await stream_sse(
             send,
             receive,
-            self._frames(handle, stream, skip),
+            self._frames(
+                handle, stream, skip, frozenset(resume[0].call_ids) if resume else frozenset()
+            ),
             headers=[STREAM_HEADER],
             on_disconnect=lambda: handle.cancel("the client disconnected"),
         )
@@ -147,6 +152,7 @@ class VercelAIApp:
         handle: RunHandleLike[Any],
         stream: AsyncIterator[tether.events.Event],
         skip: int,
+        answered: frozenset[str],
     ) -> AsyncIterator[bytes]:
         yield sse({"type": "start", "messageId": handle.run_id})
         maker = p.PartMaker(prefix=handle.run_id)
@@ -161,7 +167,11 @@ class VercelAIApp:
                     maker.forget_step()
                 for part in maker.feed(event):
                     if isinstance(part, p.ApprovalAsked):
+                        if part.call_id in answered:
+                            continue  # asked with the calls this request answered
                         pending = await handle.pending_approvals()
+                        if not pending:
+                            continue  # answered meanwhile (by another request)
                         calls = tuple(a.call_id for a in pending)
                         self.held.put(
                             Held(handle=handle, seq=part.seq, call_ids=calls, key=calls[0])
