@@ -128,3 +128,22 @@ async def test_a_resume_with_an_answer_of_the_wrong_shape_keeps_the_run_waiting(
         status, sent = await call_asgi(app, {**USER_AGUI, "resume": good})
         assert status == 200
         assert data_of(sent)[-1]["result"] == "The answer is 5, as the tool said."
+
+
+async def test_a_run_that_ends_badly_is_run_error_and_error_chunks() -> None:
+    """A run stopped by a ceiling (max_steps): AG-UI's RUN_ERROR with the termination as
+    its code; the UI message stream's error chunk, then finish with "error"."""
+    import attrs
+
+    agent = attrs.evolve(make_agent(approval=False), limits=tether.Limits(max_steps=1))
+    async with tether.Runtime() as rt:
+        _, sent = await call_asgi(ag_ui.app(agent, runtime=rt), USER_AGUI)
+        last = data_of(sent)[-1]
+        assert last["type"] == "RUN_ERROR"
+        assert last["code"] == "max_steps"
+        _, sent = await call_asgi(vercel_ai.app(agent, runtime=rt), USER_VERCEL)
+        chunks = data_of(sent)
+        assert chunks[-1] == "[DONE]"
+        assert chunks[-3]["type"] == "error"
+        assert "max_steps" in chunks[-3]["errorText"]
+        assert chunks[-2] == {"type": "finish", "finishReason": "error"}
