@@ -48,6 +48,7 @@ def test_the_chat_page_streams_renders_a_tool_call_and_resumes_on_approval(
         assert answers[-1] == "Your input has 4 words."
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"ui-{protocol}-{backend}.png"))
+        page.context.close()  # its keep-alive connections too: the server stops at once
 
 
 def test_the_pages_load_nothing_from_the_web() -> None:
