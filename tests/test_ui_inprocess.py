@@ -147,3 +147,61 @@ async def test_a_run_that_ends_badly_is_run_error_and_error_chunks() -> None:
         assert chunks[-3]["type"] == "error"
         assert "max_steps" in chunks[-3]["errorText"]
         assert chunks[-2] == {"type": "finish", "finishReason": "error"}
+
+
+def test_ag_ui_messages_become_a_history_tether_accepts() -> None:
+    """Text and image parts, tool calls with their results, a call never answered left
+    out, system messages left out; the last user message is the input."""
+    import base64
+
+    from ag_ui import core as agui
+    from pydantic import TypeAdapter
+
+    from tether.providers import Image, ToolUseBlock
+    from tether.ui._convert import split_input, tidy
+
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+    raw = [
+        {"id": "s", "role": "system", "content": "ignored"},
+        {"id": "u1", "role": "user", "content": "first"},
+        {
+            "id": "a1",
+            "role": "assistant",
+            "content": "calling",
+            "toolCalls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a":1}'},
+                },
+                {"id": "c2", "type": "function", "function": {"name": "add", "arguments": "{}"}},
+            ],
+        },
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "1"},
+        {"id": "a2", "role": "assistant", "content": "done"},
+        {
+            "id": "u2",
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this?"},
+                {
+                    "type": "image",
+                    "source": {"type": "data", "value": png, "mimeType": "image/png"},
+                },
+            ],
+        },
+    ]
+    messages = TypeAdapter(list[agui.Message]).validate_python(raw)
+    history = tidy(ag_ui.to_messages(messages))
+    run_input, past = split_input(history, "continue")
+    assert isinstance(run_input, list)
+    assert run_input[0] == "what is this?"
+    assert isinstance(run_input[1], Image)
+    assert [m.role for m in past] == ["user", "assistant", "user", "assistant"]
+    uses = [b for b in past[1].content if isinstance(b, ToolUseBlock)]
+    assert [(u.id, u.input) for u in uses] == [("c1", {"a": 1})]  # c2 had no result
+    from tether.runtime import check_start
+
+    check_start(  # tether accepts it as a run's input and history
+        tether.Agent(name="x", provider=ScriptedProvider([])), run_input, history=past
+    )
