@@ -196,7 +196,15 @@ class HeldRuns:
 async def answer_held(
     runtime: RuntimeLike, held: Held, answers: dict[str, tuple[bool, str | None]]
 ) -> None:
-    """Approve or reject each held call (a call with no answer is rejected)."""
+    """Approve or reject each held call (a call with no answer is rejected).
+
+    ``KeyError`` before any answer when a held call is no longer pending (answered
+    meanwhile by another request), so a run is not left half answered.
+    """
+    pending = {a.call_id for a in await runtime.pending_approvals(held.handle.run_id)}
+    gone = [c for c in held.call_ids if c not in pending]
+    if gone:
+        raise KeyError(f"the call {gone[0]!r} no longer waits for an answer")
     for call_id in held.call_ids:
         approved, reason = answers.get(call_id, (False, "no answer was given"))
         if approved:
