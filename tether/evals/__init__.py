@@ -15,6 +15,7 @@ from ._dataset import DatasetError as DatasetError
 from ._evaluate import EvalControl as EvalControl
 from ._evaluate import OnResult as OnResult
 from ._evaluate import evaluate as evaluate
+from ._html import render_html as render_html
 from ._judges import CaseJudge as CaseJudge
 from ._judges import Contains as Contains
 from ._judges import Evaluator as Evaluator
@@ -24,6 +25,7 @@ from ._judges import LLMRubric as LLMRubric
 from ._judges import Verdict as Verdict
 from ._report import Aggregates as Aggregates
 from ._report import CaseDelta as CaseDelta
+from ._report import aggregate as aggregate
 from ._report import CaseResult as CaseResult
 from ._report import Comparison as Comparison
 from ._report import EvalReport as EvalReport
@@ -52,7 +54,9 @@ __all__ = [
     "ReportError",
     "Status",
     "Verdict",
+    "aggregate",
     "criterion_key",
     "evaluate",
     "percentile",
+    "render_html",
 ]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import html
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._report import Aggregates, CaseDelta, CaseResult, Comparison, EvalReport
+from ._report import Aggregates, CaseDelta, CaseResult, Comparison, EvalReport, aggregate
 
 _CSS = """
 :root { --ok: #1a7f37; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; --bg: #f6f8fa; }
@@ -156,10 +155,12 @@ def _run_detail(r: CaseResult) -> str:
     return "".join(parts)
 
 
-def render(report: EvalReport, comparison: Comparison | None) -> str:
-    """The page: summary cards, a case table, a drill-down row per case."""
-    from ._report import aggregate
-
+def render_html(report: EvalReport, baseline: EvalReport | None = None) -> str:
+    """``report`` as one self-contained HTML page (inline CSS and JS, nothing loaded
+    from elsewhere): summary cards, a table of cases, and a drill-down per case (click
+    a row: its input, expected answer, and every repeat's output, judgements, usage).
+    With ``baseline``, the deltas and the cases that regressed too."""
+    comparison = report.compare(baseline) if baseline is not None else None
     agg = report.aggregates()
     deltas: dict[str, CaseDelta] = (
         {d.case_id: d for d in comparison.cases} if comparison is not None else {}

@@ -123,7 +123,7 @@ class Aggregates:
 
 
 def aggregate(results: Sequence[CaseResult]) -> Aggregates:
-    """The :class:`Aggregates` of ``results`` (tokens and cost count every run that
+    """The :class:`Aggregates` of ``results``: a report's, or one case's repeats (tokens and cost count every run that
     spent, latencies and scores only the evaluated ones)."""
     done = [r for r in results if r.status == "evaluated"]
     per: dict[str, list[float]] = {}
@@ -346,14 +346,6 @@ class EvalReport:
             return cls.from_dict(data)
         except ReportError as exc:
             raise ReportError(f"{path}: {exc}") from None
-
-    def to_html(self, baseline: EvalReport | None = None) -> str:
-        """The report as one self-contained HTML page (inline CSS and JS, nothing
-        loaded from elsewhere), with a drill-down per case; with ``baseline``, the
-        deltas and the regressed cases too."""
-        from ._html import render
-
-        return render(self, self.compare(baseline) if baseline is not None else None)
 
 
 class ReportError(ValueError):
