@@ -66,7 +66,7 @@ def test_dataset_numbers_cases_and_refuses_duplicate_ids() -> None:
     assert [c.id for c in ds] == ["case-1", "why", "case-3"]
     with pytest.raises(DatasetError, match="two cases have the id 'a'"):
         Dataset([Case("x", id="a"), Case("y", id="a")])
-    with pytest.raises(TypeError, match="Case.input must be a str"):
+    with pytest.raises(TypeError, match=r"Case\.input must be a str"):
         Case(3)  # type: ignore[arg-type]
 
 
@@ -81,12 +81,12 @@ def test_jsonl_loads_and_reports_bad_lines_by_number(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"bad.jsonl:3: unknown key\(s\) 'answer'"):
         Dataset.load(bad)
     bad.write_text('{"input": "ok"}\nnot json\n')
-    with pytest.raises(DatasetError, match="bad.jsonl:2: not JSON"):
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:2: not JSON"):
         Dataset.load(bad)
     bad.write_text('{"expected": 1}\n')
     with pytest.raises(DatasetError, match="has no 'input'"):
         Dataset.load(bad)
-    with pytest.raises(DatasetError, match="unknown dataset format '.csv'"):
+    with pytest.raises(DatasetError, match=r"unknown dataset format '\.csv'"):
         Dataset.load(tmp_path / "cases.csv")
     with pytest.raises(DatasetError, match="no such file"):
         Dataset.load(tmp_path / "missing.jsonl")
@@ -142,13 +142,17 @@ async def test_expected_aware_judges() -> None:
     assert "no 'expected'" in none.error
 
     contains = Contains()
-    half = await contains.judge_case(candidate("Red and blue"), Case("q", expected=["red", "green"]))
+    half = await contains.judge_case(
+        candidate("Red and blue"), Case("q", expected=["red", "green"])
+    )
     assert half.scores == {"contains": 0.5}
     assert not half.passed
     assert 'missing "green"' in half.feedback["contains"]
-    assert (await Contains(threshold=0.5).judge_case(
-        candidate("Red"), Case("q", expected=["red", "green"])
-    )).passed
+    assert (
+        await Contains(threshold=0.5).judge_case(
+            candidate("Red"), Case("q", expected=["red", "green"])
+        )
+    ).passed
 
     js = JsonEqual()
     fenced = candidate('Here:\n```json\n{"b": [1, 2], "a": 1.0}\n```')
@@ -242,7 +246,9 @@ async def test_plain_judges_work_as_evaluators(anyio_backend: str) -> None:
         ),
         rubric={"relevant": "answers the question"},
     )
-    report = await evaluate(echo_agent(a="A"), [Case("a", id="x")], judges={"rule": rule, "llm": llm})
+    report = await evaluate(
+        echo_agent(a="A"), [Case("a", id="x")], judges={"rule": rule, "llm": llm}
+    )
     (result,) = report.results
     assert result.judgements["rule"].passed
     assert result.judgements["llm"].scores == {"relevant": 0.9}
@@ -312,7 +318,7 @@ def test_bad_arguments_are_refused_at_once() -> None:
         anyio.run(lambda: go(concurrency=0))
     with pytest.raises(ValueError, match="repeat"):
         anyio.run(lambda: go(repeat=0))
-    with pytest.raises(TypeError, match="must be a tether.Limits"):
+    with pytest.raises(TypeError, match=r"must be a tether\.Limits"):
         anyio.run(lambda: go(limits={"max_cost_usd": 1}))
 
 

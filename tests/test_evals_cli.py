@@ -86,7 +86,7 @@ def test_repeat_and_a_judge_from_a_module(
     ("argv", "code", "message"),
     [
         (["eval", "missing.jsonl", "--agent", f"{AGENTS}:agent"], 64, "no such file"),
-        ([ "eval", DATASET, "--agent", f"{AGENTS}:nope"], 64, "has no attribute 'nope'"),
+        (["eval", DATASET, "--agent", f"{AGENTS}:nope"], 64, "has no attribute 'nope'"),
         (["eval", DATASET, "--agent", f"{AGENTS}:agent", "--judge", "fuzzy"], 64, "--judge takes"),
         (["eval", DATASET, "--agent", f"{AGENTS}:agent", "--min-pass", "2"], 64, "--min-pass"),
         (["eval", DATASET, "--agent", f"{AGENTS}:agent", "--baseline", DATASET], 64, "--baseline"),

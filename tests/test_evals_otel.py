@@ -48,9 +48,7 @@ async def test_each_case_records_evaluation_result_events(anyio_backend: str) ->
     broken = next(e for e in events if e.attributes["gen_ai.evaluation.name"] == "broken")
     assert broken.attributes["error.type"] == "judge_error"
     assert "boom" in broken.attributes["gen_ai.evaluation.explanation"]
-    miss = next(
-        e for e in bad.events if e.attributes.get("gen_ai.evaluation.name") == "exact"
-    )
+    miss = next(e for e in bad.events if e.attributes.get("gen_ai.evaluation.name") == "exact")
     assert miss.attributes["gen_ai.evaluation.score.label"] == "fail"
     assert "expected Rome, got Paris" in miss.attributes["gen_ai.evaluation.explanation"]
     assert not bad.status.is_ok

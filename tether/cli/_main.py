@@ -1,8 +1,8 @@
 """The ``tether`` command line (``python -m tether``): the parser, ``main`` and shared output.
 
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
-:mod:`tether.cli._ray_demo`, ``run`` in
-:mod:`tether.cli._run_cmd`, ``eval`` in :mod:`tether.cli._eval_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+:mod:`tether.cli._ray_demo`, ``run`` in :mod:`tether.cli._run_cmd`, ``eval`` in
+:mod:`tether.cli._eval_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is

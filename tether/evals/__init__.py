@@ -25,12 +25,12 @@ from ._judges import LLMRubric as LLMRubric
 from ._judges import Verdict as Verdict
 from ._report import Aggregates as Aggregates
 from ._report import CaseDelta as CaseDelta
-from ._report import aggregate as aggregate
 from ._report import CaseResult as CaseResult
 from ._report import Comparison as Comparison
 from ._report import EvalReport as EvalReport
 from ._report import ReportError as ReportError
 from ._report import Status as Status
+from ._report import aggregate as aggregate
 from ._report import criterion_key as criterion_key
 from ._report import percentile as percentile
 

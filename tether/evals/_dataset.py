@@ -50,6 +50,22 @@ class Case:
     id: str | None = attrs.field(default=None, validator=_check_id)
 
 
+def _number(cases: Iterable[Case]) -> tuple[Case, ...]:  # the converter of Dataset.cases
+    out: list[Case] = []
+    seen: set[str] = set()
+    for i, case in enumerate(cases, 1):
+        if not isinstance(case, Case):
+            raise TypeError(f"Dataset cases must be Case objects, got {type(case).__name__}")
+        if case.id is None:
+            case = attrs.evolve(case, id=f"case-{i}")
+        assert case.id is not None
+        if case.id in seen:
+            raise DatasetError(f"two cases have the id {case.id!r}")
+        seen.add(case.id)
+        out.append(case)
+    return tuple(out)
+
+
 @attrs.frozen
 class Dataset:
     """An ordered set of :class:`Case` objects with unique ids.
@@ -59,7 +75,7 @@ class Dataset:
     id get ``case-N`` from their position (1-based).
     """
 
-    cases: tuple[Case, ...] = attrs.field(converter=lambda cs: _number(tuple(cs)))
+    cases: tuple[Case, ...] = attrs.field(converter=_number)
     name: str = "dataset"
 
     def __len__(self) -> int:
@@ -86,7 +102,7 @@ class Dataset:
         "id": ...}``; blank lines are skipped."""
         path = Path(path)
         text = _read(path)
-        cases = []
+        cases: list[Case] = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -105,7 +121,7 @@ class Dataset:
         """
         path = Path(path)
         try:
-            import yaml
+            import yaml  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
             raise DatasetError(
                 f"{path}: reading YAML datasets needs PyYAML: pip install pyyaml"
@@ -156,7 +172,7 @@ def _case(record: Any, where: str) -> Case:
         )
     if "input" not in record:
         raise DatasetError(f"{where}: the case has no 'input'")
-    case_id = record.get("id")
+    case_id: Any = record.get("id")
     if isinstance(case_id, int) and not isinstance(case_id, bool):
         case_id = str(case_id)
     try:
@@ -168,19 +184,3 @@ def _case(record: Any, where: str) -> Case:
         )
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"{where}: {exc}") from None
-
-
-def _number(cases: Iterable[Case]) -> tuple[Case, ...]:
-    out: list[Case] = []
-    seen: set[str] = set()
-    for i, case in enumerate(cases, 1):
-        if not isinstance(case, Case):
-            raise TypeError(f"Dataset cases must be Case objects, got {type(case).__name__}")
-        if case.id is None:
-            case = attrs.evolve(case, id=f"case-{i}")
-        assert case.id is not None
-        if case.id in seen:
-            raise DatasetError(f"two cases have the id {case.id!r}")
-        seen.add(case.id)
-        out.append(case)
-    return tuple(out)

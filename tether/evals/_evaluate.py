@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import attrs
@@ -19,7 +19,7 @@ from tether.runtime import (
     BudgetExhausted,
     Candidate,
     Limits,
-    RunHandle,
+    RunHandleLike,
     RunResult,
     Runtime,
     RuntimeLike,
@@ -43,7 +43,7 @@ class EvalControl:
 
     def __init__(self) -> None:
         self.reason: str | None = None
-        self._handles: set[RunHandle[Any]] = set()
+        self._handles: set[RunHandleLike[Any]] = set()
 
     @property
     def stopped(self) -> bool:
@@ -86,7 +86,8 @@ def _as_dataset(dataset: Dataset | Sequence[Case] | str | Path) -> Dataset:
     if isinstance(dataset, str | Path):
         return Dataset.load(dataset)
     if isinstance(dataset, Sequence):
-        return Dataset(dataset)
+        # (mypy keeps ``str`` in the union here: a str is a Sequence too)
+        return Dataset(cast("Sequence[Case]", dataset))
     raise TypeError(f"dataset must be a Dataset, a list of Case or a path, got {dataset!r}")
 
 

@@ -146,7 +146,7 @@ def _run_detail(r: CaseResult) -> str:
                     f"<td>{_e(j.reasons.get(criterion, ''))}</td></tr>"
                 )
         parts.append(
-            "<table class=\"judgements\"><tr><th>criterion</th><th>score</th><th></th>"
+            '<table class="judgements"><tr><th>criterion</th><th>score</th><th></th>'
             f"<th>reason / feedback</th></tr>{''.join(rows)}</table>"
         )
     if r.summary:
@@ -181,8 +181,7 @@ def render_html(report: EvalReport, baseline: EvalReport | None = None) -> str:
         elif delta is not None and delta.improved:
             badge = ' <span class="badge up">improved</span>'
         scores = "".join(
-            f"<td>{case.criteria[k]:.2f}</td>" if k in case.criteria else "<td>—</td>"
-            for k in keys
+            f"<td>{case.criteria[k]:.2f}</td>" if k in case.criteria else "<td>—</td>" for k in keys
         )
         mark = {"pass": "✓", "fail": "✗", "none": "·"}[state]
         rows.append(

@@ -115,9 +115,7 @@ class Contains:
         if not wanted:
             return _one(self.name, 1.0, "nothing to look for", self.threshold)
         text = candidate.text if self.case_sensitive else candidate.text.casefold()
-        missing = [
-            w for w in wanted if (w if self.case_sensitive else w.casefold()) not in text
-        ]
+        missing = [w for w in wanted if (w if self.case_sensitive else w.casefold()) not in text]
         score = 1.0 - len(missing) / len(wanted)
         if not missing:
             return _one(self.name, score, "the answer contains every expected text", self.threshold)
@@ -221,8 +219,9 @@ class LLMRubric:
 async def apply(judge: Any, candidate: Candidate, case: Case, ctx: ProviderContext) -> Verdict:
     """Ask one evaluator about one answer; a judge that raises fails closed."""
     try:
+        verdict: Verdict
         if hasattr(judge, "judge_case_with_usage"):
-            verdict = await judge.judge_case_with_usage(candidate, case, ctx)
+            verdict = Verdict(*await judge.judge_case_with_usage(candidate, case, ctx))
         elif hasattr(judge, "judge_case"):
             verdict = Verdict(await judge.judge_case(candidate, case))
         elif hasattr(judge, "judge_with_usage"):
@@ -233,9 +232,7 @@ async def apply(judge: Any, candidate: Candidate, case: Case, ctx: ProviderConte
         if not isinstance(verdict.judgement, Judgement):
             raise TypeError(f"judge returned {verdict.judgement!r}; want a Judgement")
     except Exception as exc:
-        return Verdict(
-            Judgement(passed=False, error=f"judge failed: {type(exc).__name__}: {exc}")
-        )
+        return Verdict(Judgement(passed=False, error=f"judge failed: {type(exc).__name__}: {exc}"))
     return verdict
 
 

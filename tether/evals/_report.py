@@ -123,8 +123,10 @@ class Aggregates:
 
 
 def aggregate(results: Sequence[CaseResult]) -> Aggregates:
-    """The :class:`Aggregates` of ``results``: a report's, or one case's repeats (tokens and cost count every run that
-    spent, latencies and scores only the evaluated ones)."""
+    """The :class:`Aggregates` of ``results``: a report's, or one case's repeats.
+
+    Tokens and cost count every run that spent; latencies and scores only the
+    evaluated ones."""
     done = [r for r in results if r.status == "evaluated"]
     per: dict[str, list[float]] = {}
     for r in done:
@@ -280,8 +282,7 @@ class EvalReport:
                 b is not None and (a is None or a < b - tolerance) for b, a in criteria.values()
             )
             rose = any(
-                b is not None and a is not None and a > b + tolerance
-                for b, a in criteria.values()
+                b is not None and a is not None and a > b + tolerance for b, a in criteria.values()
             )
             rate_b, rate_a = before.pass_rate, after.pass_rate
             lower = rate_b is not None and (rate_a is None or rate_a < rate_b)
@@ -322,9 +323,11 @@ class EvalReport:
         try:
             return _converter.structure(body, cls)
         except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
-            detail = "; ".join(cattrs.transform_error(exc)) if isinstance(
-                exc, cattrs.BaseValidationError
-            ) else str(exc)
+            detail = (
+                "; ".join(cattrs.transform_error(exc))
+                if isinstance(exc, cattrs.BaseValidationError)
+                else str(exc)
+            )
             raise ReportError(f"not a valid eval report: {detail}") from None
 
     def save(self, path: str | Path) -> None:
