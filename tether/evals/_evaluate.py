@@ -6,7 +6,7 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,8 +138,12 @@ async def evaluate(
     if any, applies; ``limits`` is then refused).
 
     ``on_result`` is called with each :class:`CaseResult` as it lands (a progress bar,
-    :class:`tether.otel.OtelEvalRecorder`). ``control`` (an :class:`EvalControl`) stops
-    the eval early, keeping the results so far.
+    :class:`tether.otel.OtelEvalRecorder`). If it has a ``case_context(case_id, repeat)``
+    method, each case (its run and its judging) runs inside the context manager that
+    returns, in the worker's task: the run starts there, so it inherits its context
+    (``contextvars``; an OpenTelemetry span made current there is the run's parent).
+
+    ``control`` (an :class:`EvalControl`) stops the eval early, keeping the results so far.
     """
     data = _as_dataset(dataset)
     if not isinstance(agent, Agent):
@@ -167,6 +171,11 @@ async def evaluate(
                 on_result(result)
 
         items = iter(work)
+        # An observer that wants each case in a context of its own (OtelEvalRecorder: a
+        # span, current while the case runs, so the run's own span is its child).
+        opener: Callable[[str, int], AbstractContextManager[object]] | None = getattr(
+            on_result, "case_context", None
+        )
 
         async def worker() -> None:
             for case, k in items:
@@ -175,7 +184,8 @@ async def evaluate(
                 if control.stopped:
                     record(_skipped(case, k, control.reason))
                     continue
-                await _one(rt, agent, case, k, named, deps, control, record)
+                with opener(case.id or "", k) if opener is not None else nullcontext():
+                    await _one(rt, agent, case, k, named, deps, control, record)
 
         async with anyio.create_task_group() as tg:
             for _ in range(min(concurrency, len(work))):
