@@ -520,3 +520,33 @@ async def test_html_is_self_contained(anyio_backend: str) -> None:
     start = page.index('id="report-data">') + len('id="report-data">')
     data = json.loads(page[start : page.index("</script>", start)])
     assert EvalReport.from_dict(data) == report
+
+
+@attrs.frozen
+class Trip:
+    city: str
+    days: int
+
+
+@pytest.mark.anyio
+async def test_typed_output_is_reported_and_compared_as_json(anyio_backend: str) -> None:
+    """A typed output goes into the report as its JSON form, and JsonEqual compares it."""
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        days = 2 if "short" in request.messages[0].text else 9
+        call = tether.providers.ToolCall(
+            name="final_result", arguments={"city": "Lisbon", "days": days}
+        )
+        return Reply(tool_calls=[call])
+
+    agent = tether.Agent(name="planner", provider=ScriptedProvider(script), output_type=Trip)
+    cases = [
+        Case("a short trip", expected={"city": "Lisbon", "days": 2}, id="short"),
+        Case("a long trip", expected='{"days": 3, "city": "Lisbon"}', id="long"),
+    ]
+    report = await evaluate(agent, cases, judges=[JsonEqual()])
+    short, long = report.results
+    assert short.output == {"city": "Lisbon", "days": 2}
+    assert short.passed
+    assert not long.passed
+    assert "expected" in long.judgements["json_equal"].feedback["json_equal"]

@@ -156,3 +156,26 @@ def test_ctrl_c_keeps_the_partial_report(backend: str, tmp_path: Path) -> None:
     assert len(statuses) == 50
     assert statuses.count("evaluated") >= 1
     assert statuses.count("skipped") >= 30
+
+
+def test_on_a_terminal_a_progress_bar_and_a_rich_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With rich on a terminal: a progress bar with the pass rate and spend, then a table."""
+    console_mod = pytest.importorskip("rich.console")
+    import io
+
+    from tether.cli import _eval_cmd
+
+    screen = io.StringIO()
+    console = console_mod.Console(file=screen, force_terminal=True, width=140, color_system=None)
+    monkeypatch.setattr(_eval_cmd, "_rich_console", lambda plain: console)
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(Path(DATASET).read_text().splitlines()[:5]) + "\n")
+    assert cli.main(["eval", str(small), "--agent", f"{AGENTS}:agent", "--judge", "exact"]) == 0
+    text = screen.getvalue()
+    assert "5/5" in text  # the bar's count
+    assert "pass 100.0% · spend $0.0" in text
+    assert "capitals on small" in text  # the table's title
+    assert "│ albania" in text
+    assert "pass rate 100.0% (5/5 evaluated, 5 runs)" in text
