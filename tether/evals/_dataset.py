@@ -124,7 +124,8 @@ class Dataset:
             import yaml  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
             raise DatasetError(
-                f"{path}: reading YAML datasets needs PyYAML: pip install pyyaml"
+                f"{path}: reading YAML datasets needs PyYAML: pip install pyyaml "
+                "(or pip install 'tether[evals]')"
             ) from None
         text = _read(path)
         try:

@@ -137,6 +137,9 @@ async def evaluate(
     the agent's. Pass ``runtime`` to run on a Runtime of yours instead (its own budget,
     if any, applies; ``limits`` is then refused).
 
+    ``deps`` is every run's ``deps`` (what its tools, policies and judges read as
+    ``ctx.deps``). A case's input is text: ``Case.input`` is a ``str``.
+
     ``on_result`` is called with each :class:`CaseResult` as it lands (a progress bar,
     :class:`tether.otel.OtelEvalRecorder`). If it has a ``case_context(case_id, repeat)``
     method, each case (its run and its judging) runs inside the context manager that
