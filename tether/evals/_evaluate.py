@@ -26,7 +26,7 @@ from tether.runtime import (
 )
 
 from ._dataset import Case, Dataset
-from ._judges import apply, check_judges
+from ._judges import Evaluator, apply, check_judges
 from ._report import CaseResult, EvalReport
 
 #: ``on_result``: called (in the event loop; it must not block) with each result as it lands.
@@ -111,7 +111,7 @@ async def evaluate(
     agent: Agent[Any, Any],
     dataset: Dataset | Sequence[Case] | str | Path,
     *,
-    judges: Sequence[Any] | Mapping[str, Any] = (),
+    judges: Sequence[Evaluator] | Mapping[str, Evaluator] = (),
     concurrency: int = 8,
     repeat: int = 1,
     limits: Limits | None = None,
