@@ -341,6 +341,27 @@ async def test_the_budget_bounds_the_whole_eval(anyio_backend: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_the_runtime_budget_ends_the_runs_in_flight(anyio_backend: str) -> None:
+    """With many runs in flight, the Runtime-wide budget ends them at its ceiling: the
+    eval's tokens stay within the limit, and the cases not started are skipped."""
+    agent = tether.Agent(
+        name="wordy",
+        provider=ScriptedProvider(lambda r, c: Reply(text="x" * 400), latency_s=0.01),
+    )
+    one = (await evaluate(agent, CASES[:1])).results[0].tokens
+    limit = 5 * one
+    cases = [Case(f"q{i}") for i in range(40)]
+    report = await evaluate(
+        agent, cases, concurrency=8, limits=tether.Limits(max_total_tokens=limit)
+    )
+    totals = report.aggregates()
+    assert totals.tokens <= limit
+    assert totals.terminations.get("token_ceiling", 0) >= 1
+    assert totals.terminations.get("skipped", 0) >= 1
+    assert not report.complete
+
+
+@pytest.mark.anyio
 async def test_a_runtimes_own_budget_applies(anyio_backend: str) -> None:
     """On a Runtime of the caller's, a spent Runtime budget stops the eval too."""
     agent = echo_agent()

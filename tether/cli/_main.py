@@ -216,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     evals.add_argument("--html", metavar="FILE.html", help="write the report as a web page")
     evals.add_argument("--baseline", metavar="FILE.json", help="an earlier --out to compare")
     evals.add_argument(
-        "--min-pass", type=float, metavar="RATE", help="exit 1 below this pass rate (0..1)"
+        "--min-pass",
+        "--min",
+        type=float,
+        metavar="RATE",
+        help="exit 1 below this pass rate (0..1)",
     )
     evals.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     evals.add_argument("--plain", action="store_true", help="plain lines, no live view")
