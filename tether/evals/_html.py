@@ -6,7 +6,15 @@ import html
 import json
 from typing import Any
 
-from ._report import Aggregates, CaseDelta, CaseResult, Comparison, EvalReport, aggregate
+from ._report import (
+    Aggregates,
+    CaseDelta,
+    CaseResult,
+    Comparison,
+    EvalReport,
+    aggregate,
+    criterion_key,
+)
 
 _CSS = """
 :root { --ok: #1a7f37; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; --bg: #f6f8fa; }
@@ -84,7 +92,9 @@ def _pct(value: float | None) -> str:
 
 
 def _money(value: float | None) -> str:
-    return "unpriced" if value is None else f"${value:.4f}"
+    if value is None:
+        return "unpriced"
+    return f"${value:.4f}" if value >= 0.01 or value == 0 else f"${value:.6f}"
 
 
 def _secs(value: float | None) -> str:
@@ -141,7 +151,7 @@ def _run_detail(r: CaseResult) -> str:
             for criterion, score in j.scores.items():
                 ok = criterion not in j.feedback
                 rows.append(
-                    f"<tr><td>{_e(judge)}.{_e(criterion)}</td><td>{score:.2f}</td>"
+                    f"<tr><td>{_e(criterion_key(judge, criterion))}</td><td>{score:.2f}</td>"
                     f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "fail"}</td>'
                     f"<td>{_e(j.reasons.get(criterion, ''))}</td></tr>"
                 )
