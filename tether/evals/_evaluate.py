@@ -13,6 +13,7 @@ from typing import Any, cast
 import anyio
 import attrs
 
+from tether import events as ev
 from tether.providers import ProviderContext
 from tether.runtime import (
     Agent,
@@ -285,6 +286,11 @@ async def _one(
     if control.stopped and result.termination.value == "cancelled":
         record(CaseResult(**common, status="stopped", note=control.reason))
         return
+    if (ceiling := _runtime_ceiling(result)) is not None:
+        # The eval's budget ended it, not the agent: it does not count as a failure.
+        note = f"ended by the Runtime-wide budget ({ceiling})"
+        record(CaseResult(**common, status="stopped", note=note))
+        return
     judgements: dict[str, Any] = {}
     tokens_in = tokens_out = 0
     cost: float | None = 0.0
@@ -318,6 +324,16 @@ async def _one(
             judge_cost_usd=cost,
         )
     )
+
+
+def _runtime_ceiling(result: RunResult[Any]) -> str | None:
+    """The Runtime-wide ceiling (``runtime.max_total_tokens``...) that ended the run, if one did."""
+    if result.termination.ok:
+        return None
+    for event in reversed(result.events):
+        if isinstance(event, ev.CeilingHit) and event.ceiling.startswith("runtime."):
+            return event.ceiling
+    return None
 
 
 def _text(result: RunResult[Any]) -> str:

@@ -18,8 +18,9 @@ from tether.runtime import Judgement, Usage
 FORMAT = 1
 
 #: ``evaluated``: the run ended and was judged; ``skipped``: it never started (the
-#: eval was stopped, or the Runtime's budget was spent); ``stopped``: it was
-#: cancelled in flight when the eval was stopped. Only ``evaluated`` results count.
+#: eval was stopped, or its budget was spent); ``stopped``: it was cancelled in
+#: flight when the eval was stopped, or the Runtime-wide budget ended it (``note``
+#: says which). Only ``evaluated`` results count in pass rates and scores.
 Status = Literal["evaluated", "skipped", "stopped"]
 
 
