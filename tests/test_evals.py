@@ -576,3 +576,16 @@ async def test_typed_output_is_reported_and_compared_as_json(anyio_backend: str)
     assert short.passed
     assert not long.passed
     assert "expected" in long.judgements["json_equal"].feedback["json_equal"]
+
+
+def test_import_tether_does_not_import_the_evals() -> None:
+    """A program that does not use evals pays nothing for them: ``import tether`` (and the
+    CLI's import) loads neither tether.evals nor PyYAML."""
+    import subprocess
+
+    code = (
+        "import sys, tether, tether.cli; "
+        "print(sorted(m for m in ('tether.evals', 'yaml') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
