@@ -102,6 +102,24 @@ def test_bad_input_is_one_line_and_exit_64(
     assert "Traceback" not in err
 
 
+def test_a_spent_budget_exits_2_with_the_partial_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--max-tokens stops the eval early: the partial table and report, and exit 2 (not 0,
+    whatever the pass rate of the cases that ran)."""
+    out_json = tmp_path / "r.json"
+    argv = ["eval", DATASET, "--agent", f"{AGENTS}:agent", "--judge", "exact", "--plain"]
+    code = cli.main([*argv, "--max-tokens", "100", "--concurrency", "1", "--out", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "incomplete: " in out
+    assert "the eval stopped early: " in err
+    report = EvalReport.load(out_json)
+    assert not report.complete
+    assert report.aggregates().pass_rate == 1.0
+    assert [r.status for r in report.results].count("skipped") >= 40
+
+
 def test_an_invalid_dataset_exits_65(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A dataset whose content is wrong is a data error (65) naming the line."""
     bad = tmp_path / "bad.jsonl"

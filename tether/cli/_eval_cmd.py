@@ -22,6 +22,7 @@ from tether.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_LIMIT,
     EXIT_OK,
+    EXIT_STOPPED,
     DataError,
     UsageError,
     _err,
@@ -116,6 +117,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _err(f"HTML report written to {args.html}")
     if interrupted:
         return EXIT_INTERRUPTED
+    if not report.complete:
+        # Stopped by its budget: a pass rate over part of the dataset must not pass CI.
+        _err(f"the eval stopped early: {report.stopped}")
+        return EXIT_STOPPED
     rate = report.aggregates().pass_rate
     if args.min_pass is not None and (rate is None or rate < args.min_pass):
         shown = "—" if rate is None else f"{rate:.3f}"

@@ -196,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit codes: 0 done (and the pass rate reached --min-pass); 1 the pass rate is "
-            "below --min-pass; 64 usage error; 65 the dataset is not valid; 130 Ctrl-C"
+            "below --min-pass; 2 the budget (--max-cost, --max-tokens) stopped it before "
+            "the end; 64 usage error; 65 the dataset is not valid; 130 Ctrl-C"
         ),
     )
     evals.add_argument("dataset", metavar="DATASET")
