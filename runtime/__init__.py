@@ -56,6 +56,14 @@ from ._conversations import SQLiteConversationStore as SQLiteConversationStore
 from ._conversations import StoredConversations as StoredConversations
 from ._conversations import conversation_conflict as conversation_conflict
 from ._estimate import estimate_tokens as estimate_tokens
+from ._playback import Divergence as Divergence
+from ._playback import Replay as Replay
+from ._playback import ReplayExhausted as ReplayExhausted
+from ._playback import ReplayProvider as ReplayProvider
+from ._recording import TrailError as TrailError
+from ._recording import read_trail as read_trail
+from ._recording import store_trail as store_trail
+from ._replay import replay as replay
 from ._events import DELTA_TYPES as DELTA_TYPES
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import ApprovalAnswered as ApprovalAnswered
@@ -82,6 +90,7 @@ from ._events import ProviderRetry as ProviderRetry
 from ._events import ProviderWait as ProviderWait
 from ._events import ReasoningDelta as ReasoningDelta
 from ._events import RunFinished as RunFinished
+from ._events import RunForked as RunForked
 from ._events import RunResumed as RunResumed
 from ._events import RunStarted as RunStarted
 from ._events import StageEntered as StageEntered
@@ -198,6 +207,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Criterion",
     "DELTA_TYPES",
     "DepsT",
+    "Divergence",
     "EVENT_TYPES",
     "Event",
     "EventSink",
@@ -240,8 +250,12 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ReaderKind",
     "ReasoningDelta",
     "RemoteTool",
+    "Replay",
+    "ReplayExhausted",
+    "ReplayProvider",
     "RuleJudge",
     "RunFinished",
+    "RunForked",
     "RunHandle",
     "RunHandleLike",
     "RunInput",
@@ -283,6 +297,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolRecord",
     "Toolset",
     "ToolsetSession",
+    "TrailError",
     "TrailReader",
     "Transition",
     "TruncateOldest",
@@ -296,8 +311,11 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "encode_json",
     "estimate_tokens",
     "load_event",
+    "read_trail",
     "renewal_epochs",
+    "replay",
     "run_of_row",
+    "store_trail",
     "stored_result",
     "summarize",
     "tool_record_of_row",

@@ -31,6 +31,9 @@ class RunExtras:
 
     settings: ModelSettings | None = None
     deps: Any = attrs.field(default=None, eq=False, repr=False)
+    #: A replayed or forked run's playback (``_replay.Playback``): its recorded tool
+    #: results and approvals. ``None`` for every other run.
+    playback: Any = attrs.field(default=None, eq=False, repr=False)
 
     def clamp_args(self, provider: object) -> dict[str, int | None]:
         """The output caps for :class:`~._accounting.Accounts`: the settings' ``max_tokens``
@@ -65,12 +68,13 @@ def prepare(agent: Agent[Any, Any], settings: ModelSettings | None, deps: Any) -
 class PerRun:
     """One run's settings and deps, and the contexts made from them."""
 
-    __slots__ = ("_accounts", "deps", "run_id", "settings")
+    __slots__ = ("_accounts", "deps", "playback", "run_id", "settings")
 
     def __init__(self, run_id: str, extras: RunExtras, accounts: Accounts) -> None:
         self.run_id = run_id
         self.settings = extras.settings
         self.deps = extras.deps
+        self.playback = extras.playback
         self._accounts = accounts
 
     def context(

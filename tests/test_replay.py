@@ -1,0 +1,483 @@
+"""Replay and fork (docs/guides/replay.md): recorded runs re-run against the agent's code."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+import tether
+from tests.helpers import add, calls
+from tether import events as ev
+from tether.providers import (
+    ModelRequest,
+    ProviderContext,
+    Reasoning,
+    Reply,
+    ScriptedProvider,
+    ServerError,
+    ToolCall,
+)
+from tether.providers import Fault as ScriptFault
+from tether.runtime import ReplayProvider, TrailError, read_trail
+
+pytestmark = pytest.mark.anyio
+
+
+@tether.tool
+async def lookup(city: str) -> str:
+    """The weather in a city."""
+    calls["lookup"] += 1
+    return f"sunny in {city}"
+
+
+@tether.tool
+async def flaky(x: int) -> str:
+    """Fails for negative numbers."""
+    calls["flaky"] += 1
+    if x < 0:
+        raise tether.ToolError("x must be >= 0")
+    return str(x)
+
+
+@attrs.frozen
+class Trip:
+    city: str
+    days: int
+
+
+def _lookup(city: str, id: str) -> ToolCall:
+    return ToolCall(name="lookup", arguments={"city": city}, id=id)
+
+
+def _ask(point: tether.PolicyPoint, subject: Any) -> tether.Verdict | None:
+    if point == "tool_call" and subject.name == "lookup":
+        return tether.Verdict.ask("confirm the lookup")
+    return None
+
+
+def _deny_flaky(point: tether.PolicyPoint, subject: Any) -> tether.Verdict | None:
+    if point == "tool_call" and subject.name == "flaky":
+        return tether.Verdict.deny("no flaky today")
+    return None
+
+
+def _agents() -> dict[str, tether.Agent]:
+    """A representative set of scripted agents: tools, errors, judges, policies, typed
+    output, approvals, reasoning, a provider retry, a sub-agent."""
+    child = tether.Agent(
+        name="child",
+        provider=ScriptedProvider([Reply(tool_calls=[_lookup("Oslo", "k1")]), Reply(text="cold")]),
+        tools=[lookup],
+    )
+    return {
+        "plain": tether.Agent(name="plain", provider=ScriptedProvider([Reply(text="hello")])),
+        "tools": tether.Agent(
+            name="tools",
+            provider=ScriptedProvider(
+                [
+                    Reply(
+                        text="let me add",
+                        tool_calls=[
+                            ToolCall(name="add", arguments={"a": 1, "b": 2}, id="c1"),
+                            _lookup("Rome", "c2"),
+                        ],
+                    ),
+                    Reply(tool_calls=[ToolCall(name="flaky", arguments={"x": -1}, id="c3")]),
+                    Reply(tool_calls=[ToolCall(name="flaky", arguments={"x": 4}, id="c4")]),
+                    Reply(text="3, sunny, 4"),
+                ]
+            ),
+            tools=[add, lookup, flaky],
+        ),
+        "judged": tether.Agent(
+            name="judged",
+            provider=ScriptedProvider([Reply(text="short"), Reply(text="a longer answer")]),
+            judge=tether.RuleJudge({"long": lambda c: len(c.text) > 8}),
+        ),
+        "policy": tether.Agent(
+            name="policy",
+            provider=ScriptedProvider(
+                [
+                    Reply(tool_calls=[ToolCall(name="flaky", arguments={"x": 1}, id="p1")]),
+                    Reply(text="denied, fine"),
+                ]
+            ),
+            tools=[flaky],
+            policies=[_deny_flaky],
+        ),
+        "typed": tether.Agent(
+            name="typed",
+            provider=ScriptedProvider(
+                [
+                    Reply(
+                        tool_calls=[
+                            ToolCall(name="final_result", arguments={"city": "Rome"}, id="t1")
+                        ]
+                    ),
+                    Reply(
+                        tool_calls=[
+                            ToolCall(
+                                name="final_result", arguments={"city": "Rome", "days": 3}, id="t2"
+                            )
+                        ]
+                    ),
+                ]
+            ),
+            output_type=Trip,
+        ),
+        "approval": tether.Agent(
+            name="approval",
+            provider=ScriptedProvider(
+                [
+                    Reply(tool_calls=[_lookup("Paris", "a1"), _lookup("Lima", "a2")]),
+                    Reply(text="done"),
+                ]
+            ),
+            tools=[lookup],
+            policies=[_ask],
+        ),
+        "reasoning": tether.Agent(
+            name="reasoning",
+            provider=ScriptedProvider(
+                [Reply(text="42", reasoning=[Reasoning(text="think", signature="sig")])]
+            ),
+        ),
+        "retry": tether.Agent(
+            name="retry",
+            provider=ScriptedProvider(
+                [ScriptFault(error=ServerError("boom", status=500)), Reply(text="after")]
+            ),
+        ),
+        "subagent": tether.Agent(
+            name="parent",
+            provider=ScriptedProvider(
+                [
+                    Reply(tool_calls=[ToolCall(name="child", arguments={"task": "go"}, id="s1")]),
+                    Reply(text="the child said cold"),
+                ]
+            ),
+            tools=[child.as_tool()],
+        ),
+    }
+
+
+async def _answer(handle: tether.RunHandle) -> None:
+    """Approve the first held call, reject the second."""
+    seen = 0
+    async for event in handle.events():
+        if isinstance(event, ev.ApprovalRequested):
+            seen += 1
+            if seen == 1:
+                handle.approve(event.call_id)
+            else:
+                handle.reject(event.call_id, "not Lima")
+
+
+async def record(agent: tether.Agent, path: Path, input: str = "go") -> tether.RunResult:
+    """Run ``agent`` once with a JsonlSink on ``path``; its result."""
+    sink = tether.JsonlSink(str(path))
+    try:
+        async with tether.Runtime(event_sink=sink) as rt:
+            handle = rt.start(agent, input)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_answer, handle)
+                result = await handle.result()
+                tg.cancel_scope.cancel()
+    finally:
+        sink.close()
+    return result
+
+
+@pytest.mark.parametrize("name", list(_agents()))
+async def test_recorded_trails_replay_identical(name: str, tmp_path: Path) -> None:
+    """Each representative agent's JSONL trail replays identical, and no tool runs again."""
+    agent = _agents()[name]
+    path = tmp_path / "trail.jsonl"
+    recorded = await record(agent, path)
+    before = Counter(calls)
+    replayed = await tether.replay(str(path), agent)
+    assert replayed.identical, str(replayed)
+    assert str(replayed) == "identical"
+    assert calls == before  # no tool was executed
+    assert replayed.result.termination == recorded.termination
+    assert replayed.result.output == recorded.output
+    assert replayed.replayed_calls == recorded.usage.provider_attempts
+
+
+async def test_replay_is_deterministic(tmp_path: Path) -> None:
+    """Two replays of one trail give the same events, timestamps aside."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    one = await tether.replay(str(path), agent)
+    two = await tether.replay(str(path), agent)
+
+    def strip(events: Any) -> list[dict[str, Any]]:
+        return [{k: v for k, v in ev.dump(e).items() if k != "at"} for e in events]
+
+    assert strip(one.events) == strip(two.events)
+
+
+async def test_replay_from_result_events() -> None:
+    """A run's events in memory (``RunResult.events``) replay as a file's do."""
+    agent = _agents()["judged"]
+    async with tether.Runtime() as rt:
+        result = await rt.run(agent, "q")
+    replayed = await tether.replay(result.events, agent)
+    assert replayed.identical
+
+
+async def test_changed_tool_schema_is_reported(tmp_path: Path) -> None:
+    """A tool whose parameters changed rejects the recorded arguments: the divergence
+    is at round 1, stage execute, on the call's result."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+
+    @tether.tool(name="lookup")
+    async def lookup2(town: str) -> str:
+        """The weather in a town."""
+        return town
+
+    changed = attrs.evolve(agent, tools=[add, lookup2, flaky])
+    replayed = await tether.replay(str(path), changed)
+    d = replayed.divergence
+    assert d is not None
+    assert (d.round, d.stage) == (1, "execute")
+    assert d.expected is not None and d.got is not None
+    assert d.expected["type"] == d.got["type"] == "ToolCallFinished"
+    assert d.expected["outcome"] == "ok" and d.got["outcome"] == "model_error"
+    assert "outcome" in d.fields
+
+
+async def test_policy_added_is_reported(tmp_path: Path) -> None:
+    """A policy added since the recording checks the input: the divergence is its first
+    check (round 0, stage input), a PolicyChecked the trail does not have."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    changed = attrs.evolve(agent, policies=[_deny_flaky])
+    replayed = await tether.replay(str(path), changed)
+    d = replayed.divergence
+    assert d is not None
+    assert (d.round, d.stage) == (0, "input")
+    assert d.got is not None and d.got["type"] == "PolicyChecked"
+
+
+async def test_policy_denying_in_round_2(tmp_path: Path) -> None:
+    """A policy that denies only ``flaky`` diverges at round 2 (round 1 calls add, lookup)."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(attrs.evolve(agent, policies=[lambda p, s: None]), path)
+    changed = attrs.evolve(agent, policies=[_deny_flaky])
+    replayed = await tether.replay(str(path), changed)
+    d = replayed.divergence
+    assert d is not None
+    assert (d.round, d.stage) == (2, "execute")
+    assert d.expected is not None and d.got is not None
+    assert (d.expected["verdict"], d.got["verdict"]) == ("allow", "deny")
+
+
+async def test_judge_that_now_fails_is_reported(tmp_path: Path) -> None:
+    """A stricter judge fails the answer the recorded one passed: stage judge."""
+    agent = _agents()["judged"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    strict = attrs.evolve(agent, judge=tether.RuleJudge({"long": lambda c: len(c.text) > 100}))
+    replayed = await tether.replay(str(path), strict)
+    d = replayed.divergence
+    assert d is not None
+    assert (d.round, d.stage) == (2, "judge")
+    assert d.expected is not None and d.expected["passed"] is True
+    assert d.got is not None and d.got["passed"] is False
+
+
+async def test_different_arguments_are_reported(tmp_path: Path) -> None:
+    """A trail whose model asked for other arguments than the code now validates: the
+    recorded response is replayed as it is, so the code's own checks decide."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+
+    @tether.tool(name="flaky")
+    async def strict_flaky(x: int) -> str:
+        """Only small numbers."""
+        if x < 0:
+            raise tether.ToolError("x must be >= 0")
+        if x > 3:
+            raise tether.ToolError("too big")
+        return str(x)
+
+    # live_tools: the tools run, so the changed tool's body decides.
+    changed = attrs.evolve(agent, tools=[add, lookup, strict_flaky])
+    replayed = await tether.replay(str(path), changed, live_tools=True)
+    d = replayed.divergence
+    assert d is not None
+    assert (d.round, d.stage) == (3, "execute")
+
+
+async def test_live_tools_execute(tmp_path: Path) -> None:
+    """``live_tools=True`` runs the tools again (and is still identical here)."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    before = calls["lookup"]
+    replayed = await tether.replay(str(path), agent, live_tools=True)
+    assert replayed.identical, str(replayed)
+    assert calls["lookup"] == before + 1
+
+
+async def test_more_model_calls_than_recorded(tmp_path: Path) -> None:
+    """Code that now asks the model once more than the trail holds diverges, clearly."""
+    agent = _agents()["plain"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    picky = attrs.evolve(agent, judge=tether.RuleJudge({"never": lambda c: False}))
+    replayed = await tether.replay(str(path), picky)
+    assert not replayed.identical
+    assert replayed.result.termination != tether.Termination.ANSWERED
+
+
+async def test_old_trail_without_reasoning_field(tmp_path: Path) -> None:
+    """A trail written before ModelCallFinished kept reasoning (no field) still loads and
+    replays; a trail cut short is compared up to where it stops, and says so."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    import json
+
+    lines = path.read_text().splitlines()
+    old = []
+    for line in lines:
+        data = json.loads(line)
+        data.pop("reasoning", None)
+        old.append(json.dumps(data))
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(old[: len(old) // 2]) + "\n")
+    replayed = await tether.replay(str(cut), agent)
+    assert replayed.identical
+    assert any("the run's end" in note for note in replayed.notes)
+
+
+async def test_trail_errors(tmp_path: Path) -> None:
+    """A file with two runs needs run_id; an unknown run is named in the error."""
+    path = tmp_path / "t.jsonl"
+    await record(_agents()["plain"], path)
+    await record(_agents()["plain"], path)
+    with pytest.raises(TrailError, match="holds 2 runs"):
+        read_trail(str(path))
+    with pytest.raises(TrailError, match="no run 'nope'"):
+        read_trail(str(path), "nope")
+    run_id = read_trail(str(path), None if False else read_trail_ids(path)[0])[0].run_id
+    assert (await tether.replay(str(path), _agents()["plain"], run_id=run_id)).identical
+
+
+def read_trail_ids(path: Path) -> list[str]:
+    import json
+
+    return list(dict.fromkeys(json.loads(line)["run_id"] for line in path.read_text().splitlines()))
+
+
+async def test_replay_provider_in_a_test(tmp_path: Path) -> None:
+    """ReplayProvider is a provider: an agent on it answers as recorded, without a model."""
+    agent = _agents()["tools"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    provider = ReplayProvider(str(path))
+    async with tether.Runtime() as rt:
+        result = await rt.run(attrs.evolve(agent, provider=provider), "go")
+    assert result.output == "3, sunny, 4"
+    assert provider.replayed == 4
+
+
+# ------------------------------------------------------------------- fork
+
+
+class _Counting:
+    """A scripted provider that counts its requests (across runs)."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.count = 0
+        self.inner = ScriptedProvider(self._reply)
+        self.replies = replies
+
+    def _reply(self, request: ModelRequest, ctx: ProviderContext) -> Reply:
+        self.count += 1
+        return self.replies[ctx.call_index]
+
+
+def _four_rounds(counting: _Counting) -> tether.Agent:
+    return tether.Agent(name="four", provider=counting.inner, tools=[lookup])
+
+
+FOUR = [
+    Reply(tool_calls=[_lookup("A", "f1")]),
+    Reply(tool_calls=[_lookup("B", "f2")]),
+    Reply(tool_calls=[_lookup("C", "f3")]),
+    Reply(text="A B C"),
+]
+
+
+async def test_fork_at_round_2_of_a_durable_run(tmp_path: Path) -> None:
+    """A fork at round 2 of a 4-round durable run (SQLite store) plays rounds 1-2 without
+    a model call or a tool execution, then goes on live after its RunForked seam."""
+    store = tether.SQLiteRunStore(str(tmp_path / "runs.db"))
+    counting = _Counting(FOUR)
+    agent = _four_rounds(counting)
+    async with tether.Runtime(store=store, agents=[agent]) as rt:
+        original = await rt.run(agent, "go")
+        assert counting.count == 4 and calls["lookup"] == 3
+        live = _Counting([Reply(tool_calls=[_lookup("Z", "z1")]), Reply(text="A B Z")])
+        forked_agent = tether.Agent(name="four", provider=live.inner, tools=[lookup])
+        handle = await rt.fork(original.run_id, at_round=2, agent=forked_agent)
+        result = await handle.result()
+    assert counting.count == 4  # the recorded rounds made no model call
+    assert live.count == 2  # rounds 3 and 4 were live
+    assert calls["lookup"] == 3 + 1  # only round 3's call ran
+    assert result.output == "A B Z"
+    assert result.run_id != original.run_id
+    seams = [e for e in result.events if isinstance(e, ev.RunForked)]
+    assert len(seams) == 1
+    assert (seams[0].from_run, seams[0].at_round, seams[0].round) == (original.run_id, 2, 3)
+    # Rounds 1-2 are the recorded ones, event for event.
+    from tether.runtime._playback import comparable
+
+    def upto2(events: Any) -> list[Any]:
+        return [comparable(e) for e in events if e.round <= 2]
+
+    assert upto2(result.events) == upto2(original.events)
+
+
+async def test_fork_from_a_jsonl_trail(tmp_path: Path) -> None:
+    """A fork works from a JSONL trail too, in a Runtime without a store."""
+    path = tmp_path / "t.jsonl"
+    counting = _Counting(FOUR)
+    original = await record(_four_rounds(counting), path)
+    live = _Counting([Reply(text="stopped early")])
+    async with tether.Runtime() as rt:
+        handle = await rt.fork(
+            original.run_id,
+            at_round=1,
+            agent=tether.Agent(name="four", provider=live.inner, tools=[lookup]),
+            trail=str(path),
+        )
+        result = await handle.result()
+    assert live.count == 1 and result.output == "stopped early"
+    assert [e.round for e in result.events if isinstance(e, ev.RunForked)] == [2]
+
+
+async def test_fork_checks_its_round(tmp_path: Path) -> None:
+    """A round the recorded run did not go on from, or no source, is a clear error."""
+    path = tmp_path / "t.jsonl"
+    original = await record(_four_rounds(_Counting(FOUR)), path)
+    async with tether.Runtime() as rt:
+        agent = _four_rounds(_Counting(FOUR))
+        with pytest.raises(ValueError, match="no round 4 that went on"):
+            await rt.fork(original.run_id, at_round=4, agent=agent, trail=str(path))
+        with pytest.raises(ValueError, match="needs the recorded run"):
+            await rt.fork(original.run_id, at_round=1, agent=agent)
