@@ -481,3 +481,85 @@ async def test_fork_checks_its_round(tmp_path: Path) -> None:
             await rt.fork(original.run_id, at_round=4, agent=agent, trail=str(path))
         with pytest.raises(ValueError, match="needs the recorded run"):
             await rt.fork(original.run_id, at_round=1, agent=agent)
+
+
+# ------------------------------------------------------------------ cassettes
+
+
+async def test_cassette_records_then_replays(tmp_path: Path) -> None:
+    """The first run records (live: the tool runs), the next replays (no tool runs), and a
+    changed policy fails the test with the divergence."""
+    from tether.testing import CassetteDiverged, cassette
+
+    agent = _agents()["tools"]
+    first_tape = cassette("tools", directory=tmp_path)
+    assert first_tape.recording
+    recorded = await first_tape.run(agent, "go")
+    assert (tmp_path / "tools.jsonl").exists()
+    ran = calls["lookup"]
+    again = cassette("tools", directory=tmp_path)
+    assert not again.recording
+    replayed = await again.run(agent, "go")
+    assert calls["lookup"] == ran
+    assert replayed.output == recorded.output
+    with pytest.raises(CassetteDiverged, match="round 0, stage input") as caught:
+        await again.run(attrs.evolve(agent, policies=[_deny_flaky]), "go")
+    assert caught.value.replay.divergence is not None
+    assert cassette("tools", directory=tmp_path, record=True).recording
+
+
+def test_cassette_names() -> None:
+    """A cassette name is a file name, nothing more."""
+    from tether.testing import cassette
+
+    with pytest.raises(ValueError, match="cassette name"):
+        cassette("../x")
+
+
+CASSETTE_TEST = '''
+import os
+import pytest
+import tether
+from tether.providers import Reply, ScriptedProvider
+from tether.testing import cassette
+
+TEXT = os.environ["ANSWER"]
+
+@pytest.mark.anyio
+async def test_it(anyio_backend):
+    agent = tether.Agent(
+        name="a",
+        provider=ScriptedProvider([Reply(text=TEXT)]),
+        judge=tether.RuleJudge({"says": lambda c: c.text == TEXT}),
+    )
+    result = await cassette("it").run(agent, "q")
+    assert result.output == TEXT
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+'''
+
+
+def test_cassette_record_flag(tmp_path: Path) -> None:
+    """``pytest --record`` records a stale cassette again (a test that fails against it
+    without the flag, as test_cassette_records_then_replays shows); the cassette lives
+    next to the test file."""
+    import os
+    import subprocess
+    import sys
+
+    from tether.testing import cassette
+
+    (tmp_path / "test_tape.py").write_text(CASSETTE_TEST)
+    tape = tmp_path / "cassettes" / "it.jsonl"
+    old = tether.Agent(name="a", provider=ScriptedProvider([Reply(text="one")]))
+    anyio.run(cassette("it", directory=tmp_path / "cassettes").run, old, "q")
+    assert '"one"' in tape.read_text()
+    env = {**os.environ, "ANSWER": "two"}  # the judge now wants "two": "one" would fail it
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "anyio"]
+    done = subprocess.run(
+        [*command, "--record"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"two"' in tape.read_text() and '"one"' not in tape.read_text()

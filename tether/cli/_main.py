@@ -32,6 +32,7 @@ from tether.cli._common import (
 from tether.cli._demo_cmd import _cmd_demo
 from tether.cli._ray_demo import _cmd_ray_demo
 from tether.cli._run_cmd import _cmd_run
+from tether.cli._replay_cmd import add_parser as add_replay_parser
 from tether.cli._trace_cmd import _cmd_trace
 
 
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+    add_replay_parser(commands)
     return parser
 
 
