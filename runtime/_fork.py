@@ -17,8 +17,8 @@ import attrs
 from tether.providers import ModelSettings
 
 from ._agent import Agent
-from ._recording import Recording, TrailSource, read_trail, store_trail
 from ._playback import Playback, ReplayProvider, launch
+from ._recording import Recording, TrailSource, read_trail, store_trail
 
 if TYPE_CHECKING:
     from ._playback import _Launches

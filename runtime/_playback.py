@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import anyio
 import attrs
 
+import tether.runtime._events as ev
 from tether.actors import RunTools, ToolArgumentsInvalid, ToolDone
 from tether.providers import (
     Backoff,
@@ -37,7 +38,6 @@ from tether.providers import (
     UsageDelta,
 )
 
-import tether.runtime._events as ev
 from ._agent import Agent
 from ._recording import Fault, Recording, TrailSource, read_trail
 from ._result import RunResult

@@ -14,11 +14,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
 import tether.providers as providers
+import tether.runtime._events as ev
 from tether.actors import ToolDone, ToolOutput
 from tether.providers import (
     ContentBlock,
@@ -30,7 +31,6 @@ from tether.providers import (
     TransientProviderError,
 )
 
-import tether.runtime._events as ev
 from ._runstore import RunStore
 
 #: What a trail can be given as: a JSONL file's path, or a run's events (or their dicts).
@@ -270,7 +270,8 @@ def _done(
     return ToolDone(
         call_id=event.call_id,
         name=event.name,
-        outcome=event.outcome,
+        # (denied and nudged calls never reach the tools actor: they are never asked for)
+        outcome=cast(Any, event.outcome),
         content=event.content,
         attempts=event.attempts,
         output=output,

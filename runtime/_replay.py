@@ -47,7 +47,6 @@ async def replay(
     them. Deterministic: the same trail and code give the same events, timestamps
     aside.
     """
-    from ._runtime import Runtime
 
     if not isinstance(agent, Agent):
         raise TypeError(f"replay() wants a tether.Agent, got {type(agent).__name__}")

@@ -13,6 +13,7 @@ import pytest
 import tether
 from tests.helpers import add, calls
 from tether import events as ev
+from tether.providers import Fault as ScriptFault
 from tether.providers import (
     ModelRequest,
     ProviderContext,
@@ -22,7 +23,6 @@ from tether.providers import (
     ServerError,
     ToolCall,
 )
-from tether.providers import Fault as ScriptFault
 from tether.runtime import ReplayProvider, TrailError, read_trail
 
 pytestmark = pytest.mark.anyio
@@ -249,9 +249,11 @@ async def test_changed_tool_schema_is_reported(tmp_path: Path) -> None:
     d = replayed.divergence
     assert d is not None
     assert (d.round, d.stage) == (1, "execute")
-    assert d.expected is not None and d.got is not None
+    assert d.expected is not None
+    assert d.got is not None
     assert d.expected["type"] == d.got["type"] == "ToolCallFinished"
-    assert d.expected["outcome"] == "ok" and d.got["outcome"] == "model_error"
+    assert d.expected["outcome"] == "ok"
+    assert d.got["outcome"] == "model_error"
     assert "outcome" in d.fields
 
 
@@ -266,7 +268,8 @@ async def test_policy_added_is_reported(tmp_path: Path) -> None:
     d = replayed.divergence
     assert d is not None
     assert (d.round, d.stage) == (0, "input")
-    assert d.got is not None and d.got["type"] == "PolicyChecked"
+    assert d.got is not None
+    assert d.got["type"] == "PolicyChecked"
 
 
 async def test_policy_denying_in_round_2(tmp_path: Path) -> None:
@@ -279,7 +282,8 @@ async def test_policy_denying_in_round_2(tmp_path: Path) -> None:
     d = replayed.divergence
     assert d is not None
     assert (d.round, d.stage) == (2, "execute")
-    assert d.expected is not None and d.got is not None
+    assert d.expected is not None
+    assert d.got is not None
     assert (d.expected["verdict"], d.got["verdict"]) == ("allow", "deny")
 
 
@@ -293,8 +297,10 @@ async def test_judge_that_now_fails_is_reported(tmp_path: Path) -> None:
     d = replayed.divergence
     assert d is not None
     assert (d.round, d.stage) == (2, "judge")
-    assert d.expected is not None and d.expected["passed"] is True
-    assert d.got is not None and d.got["passed"] is False
+    assert d.expected is not None
+    assert d.expected["passed"] is True
+    assert d.got is not None
+    assert d.got["passed"] is False
 
 
 async def test_different_arguments_are_reported(tmp_path: Path) -> None:
@@ -431,7 +437,8 @@ async def test_fork_at_round_2_of_a_durable_run(tmp_path: Path) -> None:
     agent = _four_rounds(counting)
     async with tether.Runtime(store=store, agents=[agent]) as rt:
         original = await rt.run(agent, "go")
-        assert counting.count == 4 and calls["lookup"] == 3
+        assert counting.count == 4
+        assert calls["lookup"] == 3
         live = _Counting([Reply(tool_calls=[_lookup("Z", "z1")]), Reply(text="A B Z")])
         forked_agent = tether.Agent(name="four", provider=live.inner, tools=[lookup])
         handle = await rt.fork(original.run_id, at_round=2, agent=forked_agent)
@@ -467,7 +474,8 @@ async def test_fork_from_a_jsonl_trail(tmp_path: Path) -> None:
             trail=str(path),
         )
         result = await handle.result()
-    assert live.count == 1 and result.output == "stopped early"
+    assert live.count == 1
+    assert result.output == "stopped early"
     assert [e.round for e in result.events if isinstance(e, ev.RunForked)] == [2]
 
 
@@ -516,7 +524,7 @@ def test_cassette_names() -> None:
         cassette("../x")
 
 
-CASSETTE_TEST = '''
+CASSETTE_TEST = """
 import os
 import pytest
 import tether
@@ -538,7 +546,7 @@ async def test_it(anyio_backend):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-'''
+"""
 
 
 def test_cassette_record_flag(tmp_path: Path) -> None:
@@ -562,4 +570,153 @@ def test_cassette_record_flag(tmp_path: Path) -> None:
         [*command, "--record"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert '"two"' in tape.read_text() and '"one"' not in tape.read_text()
+    assert '"two"' in tape.read_text()
+    assert '"one"' not in tape.read_text()
+
+
+# ------------------------------------------------------------------ the CLI
+
+AGENT_MODULE = '''
+import tether
+from tether.providers import Reply, ScriptedProvider, ToolCall
+
+@tether.tool
+async def lookup(city: str) -> str:
+    """The weather."""
+    return "sunny in " + city
+
+agent = tether.Agent(
+    name="cli",
+    provider=ScriptedProvider(
+        [Reply(tool_calls=[ToolCall(name="lookup", arguments={"city": "Rome"}, id="c1")]),
+         Reply(text="sunny")]
+    ),
+    tools=[lookup],
+)
+
+def _deny(point, subject):
+    if point == "tool_call":
+        return tether.Verdict.deny("no lookups")
+    return None
+
+def denied():
+    return tether.Agent(name="cli", provider=agent.provider, tools=[lookup], policies=[_deny])
+'''
+
+
+async def test_cli_replay_file_and_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tether replay FILE --agent M:A`` says identical (exit 0) or where it diverged
+    (exit 1); ``--store URL RUN_ID`` replays a stored run; a bad trail is exit 64."""
+    from tether.cli._main import main
+
+    module = tmp_path / "cli_agent.py"
+    module.write_text(AGENT_MODULE)
+    path = tmp_path / "t.jsonl"
+    store = tether.SQLiteRunStore(str(tmp_path / "runs.db"))
+    namespace: dict[str, Any] = {}
+    exec(compile(AGENT_MODULE, str(module), "exec"), namespace)
+    agent = namespace["agent"]
+    sink = tether.JsonlSink(str(path))
+    try:
+        async with tether.Runtime(store=store, agents=[agent], event_sink=sink) as rt:
+            result = await rt.run(agent, "go")
+    finally:
+        sink.close()
+
+    def cli(*argv: str) -> int:
+        return main(list(argv))
+
+    assert (
+        await anyio.to_thread.run_sync(cli, "replay", str(path), "--agent", f"{module}:agent") == 0
+    )
+    out = capsys.readouterr().out
+    assert f"{result.run_id}: identical" in out
+    code = await anyio.to_thread.run_sync(cli, "replay", str(path), "--agent", f"{module}:denied")
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "diverged at round 0, stage input" in out
+    assert "recorded:" in out
+    assert "replayed:" in out
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    code = await anyio.to_thread.run_sync(
+        cli, "replay", "--store", url, result.run_id, "--agent", f"{module}:agent"
+    )
+    assert code == 0, capsys.readouterr()
+    assert "identical" in capsys.readouterr().out
+    code = await anyio.to_thread.run_sync(
+        cli, "replay", "--store", url, "nope", "--agent", f"{module}:agent"
+    )
+    assert code == 64
+    assert "no events of run 'nope'" in capsys.readouterr().err
+    code = await anyio.to_thread.run_sync(
+        cli, "replay", str(tmp_path / "missing.jsonl"), "--agent", f"{module}:agent"
+    )
+    assert code == 64
+
+
+# ------------------------------------------------------------ cancellation
+
+
+async def test_cancel_a_replay_leaks_nothing() -> None:
+    """Cancelling the caller of ``tether.replay`` while the replayed run waits (in a policy,
+    the agent's own code) ends it, and leaves no task behind."""
+    from tests.helpers import cancel_once_blocked, task_names
+
+    agent = _agents()["tools"]
+    async with tether.Runtime() as rt:
+        result = await rt.run(agent, "go")
+    gate = anyio.Event()
+
+    async def slow(point: tether.PolicyPoint, subject: Any) -> None:
+        if point == "tool_call":
+            await gate.wait()
+
+    waiting = attrs.evolve(agent, policies=[slow])
+    before = task_names()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_blocked, scope)
+            await tether.replay(result.events, waiting)
+    assert scope.cancelled_caught
+    assert task_names() == before
+
+
+@pytest.mark.parametrize("where", ["provider", "tool"])
+async def test_cancel_a_fork_while_live_leaks_nothing(where: str, tmp_path: Path) -> None:
+    """A fork cancelled in its live part (its live provider waiting, or its live tool
+    running) ends cancelled after its seam, and leaves no task behind."""
+    from tests.helpers import task_names
+
+    path = tmp_path / "t.jsonl"
+    original = await record(_four_rounds(_Counting(FOUR)), path)
+    started = anyio.Event()
+
+    @tether.tool(name="lookup")
+    async def stuck(city: str) -> str:
+        """Never answers."""
+        started.set()
+        await anyio.sleep_forever()
+        return city
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        started.set()
+        return Reply(text="x")
+
+    if where == "provider":
+        provider = ScriptedProvider(script, latency_s=3600)
+    else:
+        provider = ScriptedProvider([Reply(tool_calls=[_lookup("Z", "z9")])])
+    agent = tether.Agent(name="four", provider=provider, tools=[stuck])
+    async with tether.Runtime() as rt:
+        before = task_names()
+        handle = await rt.fork(original.run_id, at_round=2, agent=agent, trail=str(path))
+        await started.wait()
+        await anyio.wait_all_tasks_blocked()
+        handle.cancel("enough")
+        result = await handle.result()
+        assert result.termination == tether.Termination.CANCELLED
+        assert any(isinstance(e, ev.RunForked) for e in result.events)
+        await anyio.wait_all_tasks_blocked()
+        assert task_names() <= before

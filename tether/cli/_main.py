@@ -31,8 +31,8 @@ from tether.cli._common import (
 )
 from tether.cli._demo_cmd import _cmd_demo
 from tether.cli._ray_demo import _cmd_ray_demo
-from tether.cli._run_cmd import _cmd_run
 from tether.cli._replay_cmd import add_parser as add_replay_parser
+from tether.cli._run_cmd import _cmd_run
 from tether.cli._trace_cmd import _cmd_trace
 
 
