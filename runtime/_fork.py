@@ -17,7 +17,7 @@ import attrs
 from tether.providers import ModelSettings
 
 from ._agent import Agent
-from ._playback import Playback, ReplayProvider, launch
+from ._playback import Playback, ReplayProvider, launch, played_judge
 from ._recording import Recording, TrailSource, read_trail, store_trail
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ async def fork(
     text = input if input is not None else "" if started is None else started.input
     return launch(
         rt,
-        attrs.evolve(agent, provider=provider),
+        attrs.evolve(agent, provider=provider, judge=played_judge(agent, recording, at_round)),
         text,
         playback=playback,
         run_id=new_run_id,

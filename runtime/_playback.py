@@ -33,12 +33,16 @@ from tether.providers import (
     Price,
     Provider,
     ProviderContext,
+    StopReason,
     StreamItem,
+    TextBlock,
     TextDelta,
+    TokenUsage,
     UsageDelta,
 )
 
 from ._agent import Agent
+from ._llm_judge import LLMJudge
 from ._recording import Fault, Recording, TrailSource, read_trail
 from ._result import RunResult
 from ._startcheck import StartChecked, check_start
@@ -151,6 +155,74 @@ class ReplayProvider:
                     await aclose()
 
 
+class JudgeReplies:
+    """An LLM judge's provider in a played run: each recorded judgement's reply, rebuilt
+    from its ``Judged`` event (the scores, and the reasons of the criteria that failed)
+    and the usage its judge was charged; past them (a fork's live rounds), ``live``.
+
+    The judge's own code reads the reply as it would the model's: a threshold changed
+    since the recording changes the judgement. A recorded judgement whose replies were
+    malformed replays as two malformed replies (the trail does not keep their text).
+    """
+
+    def __init__(self, recording: Recording, live: Provider, until: int | None = None) -> None:
+        replies: list[ModelResponse] = []
+        for judged, usage in recording.judgements:
+            if until is not None and judged.round > until:
+                break
+            if judged.error is not None:
+                bad = ModelResponse(content=(TextBlock(text="(not kept in the trail)"),),
+                                    stop_reason=StopReason.END_TURN, usage=usage or ZERO)
+                replies += [bad, bad]
+                continue
+            body = {
+                name: {"score": score, "reason": judged.feedback.get(name, "")}
+                for name, score in judged.scores.items()
+            }
+            text = json.dumps({"criteria": body})
+            replies.append(
+                ModelResponse(
+                    content=(TextBlock(text=text),),
+                    stop_reason=StopReason.END_TURN,
+                    usage=usage or ZERO,
+                )
+            )
+        self._replies, self._next, self._live = replies, 0, live
+        self.name, self.model, self.backoff = live.name, live.model, live.backoff
+
+    def price(self) -> Price | None:
+        return self._live.price()
+
+    def gate_key(self) -> str | None:
+        return self._live.gate_key()
+
+    async def stream(
+        self, request: ModelRequest, ctx: ProviderContext
+    ) -> AsyncIterator[StreamItem]:
+        if self._next < len(self._replies):
+            self._next += 1
+            yield self._replies[self._next - 1]
+            return
+        stream = self._live.stream(request, ctx)
+        try:
+            async for out in stream:
+                yield out
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+
+
+def played_judge(agent: Agent[Any, Any], recording: Recording, until: int | None = None) -> Any:
+    """``agent``'s judge for a played run: an :class:`~tether.LLMJudge` answered by
+    :class:`JudgeReplies`; any other judge as it is (its code runs again)."""
+    judge = agent.judge
+    if isinstance(judge, LLMJudge):
+        return attrs.evolve(judge, provider=JudgeReplies(recording, judge.provider, until))
+    return judge
+
+
 class _PlaybackApprovals(Approvals):
     """Approvals answered from the trail, as the calls are held (the request still goes
     into the trail first, as it did when the run was recorded)."""
@@ -259,6 +331,9 @@ class Playback:
             return
         trail = run.trail
         trail.add(ev.RunForked(**trail.head(), from_run=self.recording.run_id, at_round=self.until))
+
+
+ZERO = TokenUsage()
 
 
 def _done(call_id: str, name: str, outcome: Any, content: str) -> ToolDone:

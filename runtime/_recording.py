@@ -148,8 +148,10 @@ class Recording:
     tools: Mapping[str, tuple[int, ToolDone]]
     #: The host's answers to approvals, by call id.
     answers: Mapping[str, tuple[bool, str | None]]
+    #: Each judgement, with the usage its judge was charged (an LLM judge's), in order.
+    judgements: tuple[tuple[ev.Judged, TokenUsage | None], ...] = ()
     #: What the trail does not hold that the run had (said in the replay's notes).
-    missing: tuple[str, ...]
+    missing: tuple[str, ...] = ()
 
     @property
     def rounds(self) -> int:
@@ -168,19 +170,18 @@ class Recording:
         attempt_usage: TokenUsage | None = None
         previous: ev.Event | None = None
         children: dict[str, ev.ChildRunFinished] = {}
+        judgements: list[tuple[ev.Judged, TokenUsage | None]] = []
+        judge_usage: TokenUsage | None = None
         for event in events:
             if isinstance(event, ev.ModelCallStarted):
                 attempt_usage = None
             elif isinstance(event, ev.UsageCharged) and event.source == "model":
-                attempt_usage = TokenUsage(
-                    input_tokens=event.input_tokens
-                    - event.cache_read_tokens
-                    - event.cache_write_tokens,
-                    output_tokens=event.output_tokens,
-                    cache_read_tokens=event.cache_read_tokens,
-                    cache_write_tokens=event.cache_write_tokens,
-                    estimated=event.estimated,
-                )
+                attempt_usage = _usage(event)
+            elif isinstance(event, ev.UsageCharged) and event.source == "judge":
+                judge_usage = _usage(event)
+            elif isinstance(event, ev.Judged):
+                judgements.append((event, judge_usage))
+                judge_usage = None
             elif isinstance(event, ev.ProviderRetry):
                 fault = Fault(
                     error_type=event.error_type, message=event.message, usage=attempt_usage
@@ -221,12 +222,24 @@ class Recording:
             calls=tuple(calls),
             tools=tools,
             answers=answers,
+            judgements=tuple(judgements),
             missing=tuple(dict.fromkeys(missing)),
         )
 
     def model_calls_upto(self, round: int) -> int:
         """How many provider requests the run made in its first ``round`` rounds."""
         return sum(1 for r, _ in self.calls if r <= round)
+
+
+def _usage(event: ev.UsageCharged) -> TokenUsage:
+    """The provider's usage a charge was made of (its ``input_tokens`` count the cache's)."""
+    return TokenUsage(
+        input_tokens=event.input_tokens - event.cache_read_tokens - event.cache_write_tokens,
+        output_tokens=event.output_tokens,
+        cache_read_tokens=event.cache_read_tokens,
+        cache_write_tokens=event.cache_write_tokens,
+        estimated=event.estimated,
+    )
 
 
 def _response(event: ev.ModelCallFinished) -> ModelResponse:

@@ -21,7 +21,7 @@ import attrs
 from tether.providers import ModelSettings
 
 from ._agent import Agent
-from ._playback import Playback, Replay, compare, launch, replay_provider
+from ._playback import Playback, Replay, compare, launch, played_judge, replay_provider
 from ._recording import Recording, TrailSource, read_trail, store_trail
 from ._runstore import RunStore
 from ._runtime import Runtime
@@ -58,7 +58,7 @@ async def replay(
         events = read_trail(trail, run_id)
     recording = Recording.of(events)
     provider = replay_provider(recording, agent)
-    played = attrs.evolve(agent, provider=provider)
+    played = attrs.evolve(agent, provider=provider, judge=played_judge(agent, recording))
     playback = Playback(recording, live_tools=live_tools)
     started = recording.started
     text = "" if started is None else started.input

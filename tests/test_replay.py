@@ -141,6 +141,21 @@ def _agents() -> dict[str, tether.Agent]:
             tools=[lookup],
             policies=[_ask],
         ),
+        "llm_judged": tether.Agent(
+            name="llm_judged",
+            provider=ScriptedProvider([Reply(text="draft"), Reply(text="better")]),
+            judge=tether.LLMJudge(
+                provider=ScriptedProvider(
+                    [
+                        Reply(text='{"criteria": {"clear": {"score": 0.2, "reason": "vague"}}}'),
+                        Reply(text="not json"),
+                        Reply(text='{"criteria": {"clear": {"score": 0.9, "reason": "ok"}}}'),
+                    ],
+                    cost_per_mtok=tether.providers.Price(input=1.0, output=2.0),
+                ),
+                rubric={"clear": "is it clear"},
+            ),
+        ),
         "reasoning": tether.Agent(
             name="reasoning",
             provider=ScriptedProvider(
@@ -720,3 +735,52 @@ async def test_cancel_a_fork_while_live_leaks_nothing(where: str, tmp_path: Path
         assert any(isinstance(e, ev.RunForked) for e in result.events)
         await anyio.wait_all_tasks_blocked()
         assert task_names() <= before
+
+
+async def test_demo_trails_replay_identical(tmp_path: Path) -> None:
+    """Every path of ``tether demo`` (tools in threads, parallel calls, judge retries, a
+    retried fault, a terminal tool, a refusal, max_steps, quality_exhausted), recorded
+    together in one JSONL file, replays identical run by run."""
+    from tether.cli._demo_agents import build
+
+    demo = build(32, seed=0, latency_scale=0.0)
+    assert len({d.path for d in demo}) == 8  # every path
+    path = tmp_path / "demo.jsonl"
+    sink = tether.JsonlSink(str(path))
+    try:
+        async with tether.Runtime(event_sink=sink) as rt:
+            handles = [rt.start(d.agent, d.input, run_id=d.run_id) for d in demo]
+            for handle in handles:
+                await handle.result()
+    finally:
+        sink.close()
+    for d in demo:
+        replayed = await tether.replay(str(path), d.agent, run_id=d.run_id)
+        assert replayed.identical, f"{d.path}: {replayed}"
+
+
+async def test_llm_judge_replays_without_its_model(tmp_path: Path) -> None:
+    """An LLM judge's judgements replay from the trail (its model is not called); a
+    threshold raised since the recording makes the passing judgement fail."""
+    agent = _agents()["llm_judged"]
+    path = tmp_path / "t.jsonl"
+    recorded = await record(agent, path)
+    assert recorded.termination == tether.Termination.ANSWERED
+    judge = agent.judge
+    assert isinstance(judge, tether.LLMJudge)
+    asked = judge.provider
+    assert isinstance(asked, ScriptedProvider)
+    # A judge model that must not be asked (priced as the recorded one).
+    spare = ScriptedProvider([], record=True, cost_per_mtok=asked.cost_per_mtok)
+    replayed = await tether.replay(
+        str(path), attrs.evolve(agent, judge=attrs.evolve(judge, provider=spare))
+    )
+    assert replayed.identical, str(replayed)
+    assert spare.requests == []
+    strict = tether.LLMJudge(
+        provider=spare,
+        rubric={"clear": tether.Criterion(description="is it clear", threshold=0.95)},
+    )
+    d = (await tether.replay(str(path), attrs.evolve(agent, judge=strict))).divergence
+    assert d is not None
+    assert (d.round, d.stage) == (2, "judge")
