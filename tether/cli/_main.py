@@ -2,7 +2,8 @@
 
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
 :mod:`tether.cli._ray_demo`, ``run`` in
-:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``replay`` in
+:mod:`tether.cli._replay_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
