@@ -171,8 +171,11 @@ class JudgeReplies:
             if until is not None and judged.round > until:
                 break
             if judged.error is not None:
-                bad = ModelResponse(content=(TextBlock(text="(not kept in the trail)"),),
-                                    stop_reason=StopReason.END_TURN, usage=usage or ZERO)
+                bad = ModelResponse(
+                    content=(TextBlock(text="(not kept in the trail)"),),
+                    stop_reason=StopReason.END_TURN,
+                    usage=usage or ZERO,
+                )
                 replies += [bad, bad]
                 continue
             body = {
@@ -432,8 +435,25 @@ def comparable(event: ev.Event) -> dict[str, Any] | None:
 
 def _canonical(events: Sequence[ev.Event]) -> list[tuple[ev.Event, dict[str, Any]]]:
     """The compared events, with each run of consecutive ``ToolCallFinished`` sorted by
-    call id: a round's calls run concurrently, so they may finish in any order."""
-    out = [(e, d) for e in events if (d := comparable(e)) is not None]
+    call id: a round's calls run concurrently, so they may finish in any order. After a
+    ``RunResumed`` seam, the stages the run enters again (it was in them at the seam: a
+    parked tool round) are left out."""
+    out: list[tuple[ev.Event, dict[str, Any]]] = []
+    open_stages: list[str] = []
+    seam = False
+    for event in events:
+        if isinstance(event, ev.RunResumed):
+            seam = True
+            continue
+        if isinstance(event, ev.StageEntered):
+            if seam and event.stage in open_stages:
+                continue
+            open_stages.append(event.stage)
+        elif isinstance(event, ev.StageExited) and event.stage in open_stages:
+            del open_stages[len(open_stages) - 1 - open_stages[::-1].index(event.stage)]
+        seam = False
+        if (data := comparable(event)) is not None:
+            out.append((event, data))
     i = 0
     while i < len(out):
         j = i
@@ -506,6 +526,7 @@ def launch(
     *,
     playback: Playback,
     run_id: str | None = None,
+    parent_run_id: str | None = None,
     deps: Any = None,
     settings: ModelSettings | None = None,
 ) -> Any:
@@ -518,7 +539,7 @@ def launch(
     run_id = run_id or rt.new_run_id()
     if rt.in_flight(run_id) is not None:
         raise ValueError(f"a run with id {run_id!r} is already in flight")
-    return rt._launch(agent, (checked, run_id), None, None, recorded=False)
+    return rt._launch(agent, (checked, run_id), parent_run_id, None, recorded=False)
 
 
 def replay_provider(recording: Recording, agent: Agent[Any, Any]) -> ReplayProvider:
@@ -528,6 +549,9 @@ def replay_provider(recording: Recording, agent: Agent[Any, Any]) -> ReplayProvi
     most = getattr(own, "max_tokens", None)
     return ReplayProvider(
         recording,
+        # The agent's own: a model changed since the recording shows in RunStarted.
+        name=own.name,
+        model=own.model,
         price=own.price(),
         max_tokens=most if isinstance(most, int) else None,
         context_window=window if isinstance(window, int) else None,

@@ -69,6 +69,7 @@ async def replay(
             text,
             playback=playback,
             run_id=recording.run_id,
+            parent_run_id=None if started is None else started.parent_run_id,
             deps=deps,
             settings=settings,
         )

@@ -579,8 +579,17 @@ def test_cassette_record_flag(tmp_path: Path) -> None:
     old = tether.Agent(name="a", provider=ScriptedProvider([Reply(text="one")]))
     anyio.run(cassette("it", directory=tmp_path / "cassettes").run, old, "q")
     assert '"one"' in tape.read_text()
-    env = {**os.environ, "ANSWER": "two"}  # the judge now wants "two": "one" would fail it
+    from importlib.metadata import entry_points
+
+    # The plugin is registered for pytest to load wherever tether is installed...
+    assert [e.value for e in entry_points(group="pytest11") if e.name == "tether"] == [
+        "tether.testing"
+    ]
+    # ...and loaded by name here, with no other plugin (a quicker start). The test's
+    # judge now wants "two": against the cassette's "one" it would fail.
+    env = {**os.environ, "ANSWER": "two", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "anyio"]
+    command += ["-p", "tether.testing"]
     done = subprocess.run(
         [*command, "--record"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
@@ -784,3 +793,64 @@ async def test_llm_judge_replays_without_its_model(tmp_path: Path) -> None:
     d = (await tether.replay(str(path), attrs.evolve(agent, judge=strict))).divergence
     assert d is not None
     assert (d.round, d.stage) == (2, "judge")
+
+
+async def test_a_sub_agents_own_run_replays(tmp_path: Path) -> None:
+    """A sub-agent's run, picked out of the file by its id, replays identical against the
+    child agent (its parent's id included)."""
+    agents = _agents()
+    path = tmp_path / "t.jsonl"
+    await record(agents["subagent"], path)
+    import json
+
+    child_ids = [
+        json.loads(line)["run_id"]
+        for line in path.read_text().splitlines()
+        if json.loads(line)["type"] == "RunStarted" and json.loads(line).get("parent_run_id")
+    ]
+    assert len(child_ids) == 1
+    tool = agents["subagent"].tools[0]
+    child = next(  # the child agent as_tool() wraps: rebuilt here as it was
+        a
+        for a in [
+            tether.Agent(
+                name="child",
+                provider=ScriptedProvider([]),
+                tools=[lookup],
+            )
+        ]
+    )
+    assert tool.name == "child"
+    replayed = await tether.replay(str(path), child, run_id=child_ids[0])
+    assert replayed.identical, str(replayed)
+
+
+async def test_a_changed_model_shows_in_run_started(tmp_path: Path) -> None:
+    """An agent whose model changed since the recording diverges at its RunStarted."""
+    agent = _agents()["plain"]
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    other = attrs.evolve(agent, provider=ScriptedProvider([], model="scripted-2"))
+    d = (await tether.replay(str(path), other)).divergence
+    assert d is not None
+    assert d.fields == ("model",)
+    assert d.round == 0
+
+
+async def test_a_parked_durable_run_replays_from_its_store(tmp_path: Path) -> None:
+    """A durable run that parked for an approval and was resumed by another Runtime
+    replays from the store identical (its RunResumed seam is not compared)."""
+    store_path = str(tmp_path / "runs.db")
+    agent = _agents()["approval"]
+    async with tether.Runtime(store=tether.SQLiteRunStore(store_path), agents=[agent]) as rt:
+        handle = rt.start(agent, "go")
+        store = tether.SQLiteRunStore(store_path)
+        while (run := await store.get(handle.run_id)) is None or run.status != "parked":
+            await anyio.sleep(0.01)
+    async with tether.Runtime(store=tether.SQLiteRunStore(store_path), agents=[agent]) as rt:
+        await rt.approve(handle.run_id, "a1")
+        await rt.reject(handle.run_id, "a2", "not Lima")
+        result = await rt.handle(handle.run_id).result()
+    assert any(isinstance(e, ev.RunResumed) for e in result.events)
+    replayed = await tether.replay(tether.SQLiteRunStore(store_path), agent, run_id=handle.run_id)
+    assert replayed.identical, str(replayed)
