@@ -35,6 +35,11 @@ on, so that none of them imports a private module:
   in one process), ``Runtime.share_budget`` to give a Runtime its
   :class:`SlicedBudget`; the messages :class:`Spent`, :class:`Grant` and the
   records :class:`LedgerStatus`, :class:`SliceStatistics`.
+- **Replay and fork** (docs/guides/replay.md): :func:`replay` and its
+  :class:`Replay` / :class:`Divergence`, :class:`ReplayProvider` (and
+  :class:`ReplayExhausted`), :func:`read_trail` / :func:`store_trail` (one run's
+  events from a JSONL file or a run store; :class:`TrailError`);
+  ``Runtime.fork``.
 - **Remote tools**: :class:`Toolset`, :class:`ToolsetSession`,
   :class:`RemoteTool`, :class:`Signals`, :class:`ConnectionLost`, :class:`ToolFilter`.
 """

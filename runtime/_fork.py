@@ -10,22 +10,21 @@ read from the Runtime's run store, or from ``trail=`` (a JSONL file, or events).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import attrs
 
 from tether.providers import ModelSettings
 
 from ._agent import Agent
-from ._playback import Playback, ReplayProvider, launch, played_judge
+from ._playback import Launches, Playback, ReplayProvider, launch, played_judge
 from ._recording import Recording, TrailSource, read_trail, store_trail
 
-if TYPE_CHECKING:
-    from ._playback import _Launches
+H = TypeVar("H")
 
 
 async def fork(
-    rt: _Launches,
+    rt: Launches[H],
     run_id: str,
     *,
     at_round: int,
@@ -35,7 +34,7 @@ async def fork(
     new_run_id: str | None = None,
     deps: Any = None,
     settings: ModelSettings | None = None,
-) -> Any:
+) -> H:
     """Start a run in ``rt`` that plays run ``run_id``'s first ``at_round`` rounds, then
     goes on live (see :mod:`._fork`); its ``RunHandle``.
 

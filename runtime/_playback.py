@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import anyio
 import attrs
@@ -499,14 +499,18 @@ def compare(recorded: Sequence[ev.Event], replayed: Sequence[ev.Event]) -> Diver
 # ------------------------------------------------------------------ launching
 
 
-class _Launches(Protocol):
-    """What :func:`launch` needs of a :class:`~tether.Runtime` (not imported: it imports us)."""
+H = TypeVar("H", covariant=True)
+
+
+class Launches(Protocol[H]):
+    """What :func:`launch` needs of a :class:`~tether.Runtime` (not imported: it imports
+    this module); ``H`` is its handles' type (as ``in_flight`` returns them)."""
 
     conversations: Any
 
     def new_run_id(self) -> str: ...
 
-    def in_flight(self, run_id: str) -> Any: ...
+    def in_flight(self, run_id: str) -> H | None: ...
 
     def _launch(
         self,
@@ -520,7 +524,7 @@ class _Launches(Protocol):
 
 
 def launch(
-    rt: _Launches,
+    rt: Launches[H],
     agent: Agent[Any, Any],
     input: str,
     *,
@@ -529,7 +533,7 @@ def launch(
     parent_run_id: str | None = None,
     deps: Any = None,
     settings: ModelSettings | None = None,
-) -> Any:
+) -> H:
     """Start a played run in ``rt``: :meth:`Runtime.start`'s checks, with ``playback``;
     its ``RunHandle``."""
     checked = check_start(agent, input, settings=settings, deps=deps)
@@ -539,7 +543,8 @@ def launch(
     run_id = run_id or rt.new_run_id()
     if rt.in_flight(run_id) is not None:
         raise ValueError(f"a run with id {run_id!r} is already in flight")
-    return rt._launch(agent, (checked, run_id), parent_run_id, None, recorded=False)
+    handle: H = rt._launch(agent, (checked, run_id), parent_run_id, None, recorded=False)
+    return handle
 
 
 def replay_provider(recording: Recording, agent: Agent[Any, Any]) -> ReplayProvider:
