@@ -373,7 +373,8 @@ class RunForked(Event):
 
     The rounds before it replayed run ``from_run``'s recorded model responses and
     tool results (no model call, no tool execution); from here on the run is live.
-    It comes in round ``at_round`` + 1, right before that round's first model call.
+    It comes in round ``at_round`` + 1, right after that round's ``ModelCallStarted``:
+    where the first request goes to the live provider.
     """
 
     from_run: str

@@ -4,7 +4,7 @@
 whose rounds 1..N are the recorded ones, played as a replay plays them (the
 recorded responses and tool results: no model call, no tool execution), and
 which goes on live from round N + 1: its ``RunForked(from_run, at_round)``
-seam comes right before that round's first model call. The recorded run is
+seam comes as that round's first request goes to the live provider. The recorded run is
 read from the Runtime's run store, or from ``trail=`` (a JSONL file, or events).
 """
 

@@ -92,8 +92,8 @@ class ReplayProvider:
         )
         started = recording.started
         self._items: tuple[ModelResponse | Fault, ...] = tuple(item for _, item in recording.calls)
-        self.name: str = name or (started and started.provider) or "replay"
-        self.model: str = model or (started and started.model) or "replay"
+        self.name: str = name or (started.provider if started else None) or "replay"
+        self.model: str = model or (started.model if started else None) or "replay"
         self.max_tokens = max_tokens
         self.context_window = context_window
         self.backoff = Backoff(initial=0.0, jitter=False)  # a replayed retry does not wait
@@ -115,6 +115,11 @@ class ReplayProvider:
 
     def gate_key(self) -> str | None:
         return None if self._then is None else self._then.gate_key()
+
+    def check_ready(self) -> None:
+        """``then``'s check (a fork's live provider without its key fails at the start)."""
+        if (ready := getattr(self._then, "check_ready", None)) is not None:
+            ready()
 
     def check_settings(self, settings: ModelSettings) -> None:
         """Every setting is accepted: the recorded responses are what they are."""
