@@ -845,3 +845,60 @@ async def test_a_parked_durable_run_replays_from_its_store(tmp_path: Path) -> No
     assert any(isinstance(e, ev.RunResumed) for e in result.events)
     replayed = await tether.replay(tether.SQLiteRunStore(store_path), agent, run_id=handle.run_id)
     assert replayed.identical, str(replayed)
+
+
+async def test_fork_checks_its_live_provider_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork whose live provider has no key fails at ``rt.fork``, as ``rt.start`` does."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    path = tmp_path / "t.jsonl"
+    original = await record(_four_rounds(_Counting(FOUR)), path)
+    agent = tether.Agent(name="four", provider=tether.providers.AnthropicProvider("claude-x"))
+    async with tether.Runtime() as rt:
+        with pytest.raises(tether.providers.AuthenticationFailed):
+            await rt.fork(original.run_id, at_round=1, agent=agent, trail=str(path))
+
+
+@attrs.frozen
+class LongTrip:
+    city: str
+    days: int
+    budget: int
+
+
+async def test_typed_output_that_no_longer_validates(tmp_path: Path) -> None:
+    """An output type that grew a field rejects the recorded final answer: the divergence
+    is at that call's result."""
+    agent = _agents()["typed"]
+    path = tmp_path / "t.jsonl"
+    recorded = await record(agent, path)
+    assert recorded.output == Trip(city="Rome", days=3)
+    changed = tether.Agent(name="typed", provider=agent.provider, output_type=LongTrip)
+    d = (await tether.replay(str(path), changed)).divergence
+    assert d is not None
+    assert (d.round, d.stage) == (1, "execute")
+    assert d.got is not None
+    assert "budget: missing required field" in d.got["content"]
+
+
+async def test_replay_passes_deps(tmp_path: Path) -> None:
+    """A policy that reads ``ctx.deps`` replays identical with the run's deps."""
+
+    def by_deps(point: tether.PolicyPoint, subject: Any, ctx: tether.RunContext[Any]) -> Any:
+        if point == "tool_call" and subject.name in ctx.deps:
+            return tether.Verdict.deny("listed")
+        return None
+
+    agent = attrs.evolve(_agents()["tools"], policies=[by_deps])
+    path = tmp_path / "t.jsonl"
+    sink = tether.JsonlSink(str(path))
+    try:
+        async with tether.Runtime(event_sink=sink) as rt:
+            await rt.run(agent, "go", deps={"flaky"})
+    finally:
+        sink.close()
+    assert (await tether.replay(str(path), agent, deps={"flaky"})).identical
+    other = await tether.replay(str(path), agent, deps=set())
+    assert other.divergence is not None
+    assert (other.divergence.round, other.divergence.stage) == (2, "execute")
