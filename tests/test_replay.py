@@ -902,3 +902,31 @@ async def test_replay_passes_deps(tmp_path: Path) -> None:
     other = await tether.replay(str(path), agent, deps=set())
     assert other.divergence is not None
     assert (other.divergence.round, other.divergence.stage) == (2, "execute")
+
+
+async def test_a_forks_live_tool_times_out_as_usual(tmp_path: Path) -> None:
+    """A live tool of a fork that outlives its timeout ends ``timeout`` (the tools actor's
+    deadline cut, through the played run's actor), and the fork goes on."""
+    path = tmp_path / "t.jsonl"
+    original = await record(_four_rounds(_Counting(FOUR)), path)
+
+    @tether.tool(name="lookup", timeout_s=0.01)
+    async def slow(city: str) -> str:
+        """Too slow."""
+        await anyio.sleep_forever()
+        return city
+
+    provider = ScriptedProvider([Reply(tool_calls=[_lookup("Z", "z1")]), Reply(text="gave up")])
+    agent = tether.Agent(
+        name="four", provider=provider, tools=[slow], limits=tether.Limits(max_tool_retries=0)
+    )
+    async with tether.Runtime() as rt:
+        handle = await rt.fork(original.run_id, at_round=2, agent=agent, trail=str(path))
+        result = await handle.result()
+    finished = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert [(e.call_id, e.outcome) for e in finished] == [
+        ("f1", "ok"),
+        ("f2", "ok"),
+        ("z1", "timeout"),
+    ]
+    assert result.output == "gave up"
