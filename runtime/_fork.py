@@ -18,7 +18,7 @@ from tether.providers import ModelSettings
 
 from ._agent import Agent
 from ._playback import Launches, Playback, ReplayProvider, launch, played_judge
-from ._recording import Recording, TrailSource, read_trail, store_trail
+from ._recording import Recording, TrailSource, read_run, store_run
 
 H = TypeVar("H")
 
@@ -49,7 +49,7 @@ async def fork(
     if not isinstance(at_round, int) or at_round < 0:
         raise ValueError(f"fork(at_round=...) must be an int >= 0, got {at_round!r}")
     if trail is not None:
-        events = read_trail(trail, run_id)
+        events, notes = read_run(trail, run_id)
     else:
         keeper = getattr(rt, "_keeper", None)
         if keeper is None:
@@ -57,8 +57,8 @@ async def fork(
                 "fork() needs the recorded run: pass trail= (a JSONL file or events), "
                 "or use a Runtime with a run store"
             )
-        events = await store_trail(keeper.store, run_id)
-    recording = Recording.of(events)
+        events, notes = await store_run(keeper.store, run_id)
+    recording = Recording.of(events, notes)
     _check_round(recording, at_round)
     # Only the calls of the played rounds come from the trail; the rest go to the agent's.
     upto = recording.model_calls_upto(at_round)

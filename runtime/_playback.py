@@ -43,7 +43,7 @@ from tether.providers import (
 
 from ._agent import Agent
 from ._llm_judge import LLMJudge
-from ._recording import Fault, Recording, TrailSource, read_trail
+from ._recording import Fault, Recording, TrailSource, read_run
 from ._result import RunResult
 from ._startcheck import StartChecked, check_start
 from ._toolround import Approvals
@@ -88,7 +88,7 @@ class ReplayProvider:
         then: Provider | None = None,
     ) -> None:
         recording = (
-            trail if isinstance(trail, Recording) else Recording.of(read_trail(trail, run_id))
+            trail if isinstance(trail, Recording) else Recording.of(*read_run(trail, run_id))
         )
         started = recording.started
         self._items: tuple[ModelResponse | Fault, ...] = tuple(item for _, item in recording.calls)

@@ -49,11 +49,26 @@ def read_trail(source: TrailSource, run_id: str | None = None) -> tuple[ev.Event
     trail must hold exactly one top-level run (sub-agents' runs aside). Live deltas
     are skipped. :class:`TrailError` when the run is not there or is ambiguous.
     """
+    return read_run(source, run_id)[0]
+
+
+#: The note of a trail written before ``ModelCallFinished`` kept the response's reasoning.
+NO_REASONING = (
+    "the model's reasoning blocks (the trail was written before ModelCallFinished kept "
+    "them): the responses replay without them"
+)
+
+
+def read_run(
+    source: TrailSource, run_id: str | None = None
+) -> tuple[tuple[ev.Event, ...], tuple[str, ...]]:
+    """:func:`read_trail`, and what the trail's format lacks (notes for the replay)."""
+    old: set[str] = set()  # the runs with a ModelCallFinished of the older form
     if isinstance(source, str | os.PathLike):
-        events = list(_read_jsonl(os.fspath(source)))
+        events = list(_read_jsonl(os.fspath(source), old))
         where = os.fspath(source)
     else:
-        events = [e if isinstance(e, ev.Event) else ev.load(e) for e in source]
+        events = [e if isinstance(e, ev.Event) else _load(e, old) for e in source]
         where = "the events given"
     runs: dict[str, list[ev.Event]] = {}
     for event in events:
@@ -74,18 +89,31 @@ def read_trail(source: TrailSource, run_id: str | None = None) -> tuple[ev.Event
     if run_id not in runs:
         listed = ", ".join(list(runs)[:10])
         raise TrailError(f"{where} has no run {run_id!r}; runs: {listed}")
-    return tuple(sorted(runs[run_id], key=lambda e: e.seq))
+    notes = (NO_REASONING,) if run_id in old else ()
+    return tuple(sorted(runs[run_id], key=lambda e: e.seq)), notes
 
 
 async def store_trail(store: RunStore, run_id: str) -> tuple[ev.Event, ...]:
     """Run ``run_id``'s events as ``store`` keeps them (:class:`TrailError` if it has none)."""
-    events = tuple(ev.load(data) for data in await store.events(run_id))
+    return (await store_run(store, run_id))[0]
+
+
+async def store_run(store: RunStore, run_id: str) -> tuple[tuple[ev.Event, ...], tuple[str, ...]]:
+    """:func:`store_trail`, and what the trail's format lacks."""
+    old: set[str] = set()
+    events = tuple(_load(data, old) for data in await store.events(run_id))
     if not events:
         raise TrailError(f"the run store has no events of run {run_id!r}")
-    return events
+    return events, (NO_REASONING,) if old else ()
 
 
-def _read_jsonl(path: str) -> Iterable[ev.Event]:
+def _load(data: Mapping[str, Any], old: set[str]) -> ev.Event:
+    if data.get("type") == "ModelCallFinished" and "reasoning" not in data:
+        old.add(str(data.get("run_id")))
+    return ev.load(data)
+
+
+def _read_jsonl(path: str, old: set[str]) -> Iterable[ev.Event]:
     try:
         with open(path, encoding="utf-8") as file:
             lines = file.readlines()
@@ -101,7 +129,7 @@ def _read_jsonl(path: str) -> Iterable[ev.Event]:
                 return  # a last line torn by a crash mid-write
             raise TrailError(f"{path}:{number}: not valid JSON: {exc.msg}") from None
         try:
-            yield ev.load(data)
+            yield _load(data, old)
         except Exception as exc:
             raise TrailError(f"{path}:{number}: not a tether event: {exc}") from None
 
@@ -159,14 +187,15 @@ class Recording:
         return max((e.round for e in self.events), default=0)
 
     @classmethod
-    def of(cls, events: Sequence[ev.Event]) -> Recording:
+    def of(cls, events: Sequence[ev.Event], notes: Sequence[str] = ()) -> Recording:
+        """What replay needs from one run's ``events`` (``notes``: what their format lacks)."""
         if not events:
             raise TrailError("the trail holds no events")
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         calls: list[tuple[int, ModelResponse | Fault]] = []
         tools: dict[str, tuple[int, ToolDone]] = {}
         answers: dict[str, tuple[bool, str | None]] = {}
-        missing: list[str] = []
+        missing: list[str] = list(notes)
         attempt_usage: TokenUsage | None = None
         previous: ev.Event | None = None
         children: dict[str, ev.ChildRunFinished] = {}

@@ -22,7 +22,7 @@ from tether.providers import ModelSettings
 
 from ._agent import Agent
 from ._playback import Playback, Replay, compare, launch, played_judge, replay_provider
-from ._recording import Recording, TrailSource, read_trail, store_trail
+from ._recording import Recording, TrailSource, read_run, store_run
 from ._runstore import RunStore
 from ._runtime import Runtime
 
@@ -53,10 +53,10 @@ async def replay(
     if isinstance(trail, RunStore):
         if run_id is None:
             raise ValueError("replay() from a run store needs run_id=")
-        events = await store_trail(trail, run_id)
+        events, notes = await store_run(trail, run_id)
     else:
-        events = read_trail(trail, run_id)
-    recording = Recording.of(events)
+        events, notes = read_run(trail, run_id)
+    recording = Recording.of(events, notes)
     provider = replay_provider(recording, agent)
     played = attrs.evolve(agent, provider=provider, judge=played_judge(agent, recording))
     playback = Playback(recording, live_tools=live_tools)

@@ -383,6 +383,9 @@ async def test_old_trail_without_reasoning_field(tmp_path: Path) -> None:
     replayed = await tether.replay(str(cut), agent)
     assert replayed.identical
     assert any("the run's end" in note for note in replayed.notes)
+    assert any("reasoning blocks" in note for note in replayed.notes)
+    current = await tether.replay(str(path), agent)
+    assert current.notes == ()
 
 
 async def test_trail_errors(tmp_path: Path) -> None:
