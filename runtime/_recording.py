@@ -229,6 +229,14 @@ class Recording:
                     f"the {event.messages} messages the run loaded from conversation "
                     f"{event.conversation!r} (replayed without them)"
                 )
+            elif isinstance(event, ev.RunFinished) and event.termination == "provider_failed":
+                # The failure that ended the run is in its error: "ClassName: message".
+                cause = re.fullmatch(r"(\w+): (.*)", event.error or "", re.S)
+                if cause is not None and _snake(cause[1]) in _ERRORS:
+                    failed = Fault(
+                        error_type=_snake(cause[1]), message=cause[2], usage=attempt_usage
+                    )
+                    calls.append((event.round, failed))
             elif isinstance(event, ev.ProviderFallback):
                 missing.append(
                     f"the provider's fallback in round {event.round} "

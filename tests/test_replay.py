@@ -15,6 +15,7 @@ from tests.helpers import add, calls
 from tether import events as ev
 from tether.providers import Fault as ScriptFault
 from tether.providers import (
+    InvalidRequest,
     ModelRequest,
     ProviderContext,
     Reasoning,
@@ -166,6 +167,15 @@ def _agents() -> dict[str, tether.Agent]:
             name="retry",
             provider=ScriptedProvider(
                 [ScriptFault(error=ServerError("boom", status=500)), Reply(text="after")]
+            ),
+        ),
+        "provider_failed": tether.Agent(
+            name="provider_failed",
+            provider=ScriptedProvider(
+                [
+                    ScriptFault(error=ServerError("boom", status=500)),
+                    ScriptFault(error=InvalidRequest("the request is bad", status=400)),
+                ]
             ),
         ),
         "subagent": tether.Agent(
