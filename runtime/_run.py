@@ -215,7 +215,7 @@ class Run:
         self._transcript = transcript or Transcript.of(agent)
         if durable is not None and durable.point is not None:  # claimed from the store
             durable.point.restore(state, trail)
-        if extras.playback is not None:  # a replayed or forked run (_replay.py)
+        if extras.playback is not None:  # a replayed or forked run (_playback.py)
             extras.playback.bind(self)
 
     # ------------------------------------------------------------- the handle
