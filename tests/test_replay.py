@@ -943,3 +943,24 @@ async def test_a_forks_live_tool_times_out_as_usual(tmp_path: Path) -> None:
         ("z1", "timeout"),
     ]
     assert result.output == "gave up"
+
+
+async def test_cassette_with_approvals(tmp_path: Path) -> None:
+    """Recording a cassette answers held calls with ``approve`` (Paris yes, Lima no);
+    replaying gives the recorded answers, without asking."""
+    from tether.testing import cassette
+
+    agent = _agents()["approval"]
+    asked: list[str] = []
+
+    def approve(request: ev.ApprovalRequested) -> bool:
+        asked.append(request.call_id)
+        return bool(request.arguments["city"] == "Paris")
+
+    recorded = await cassette("ok", directory=tmp_path).run(agent, "go", approve=approve)
+    assert sorted(asked) == ["a1", "a2"]
+    finished = {e.call_id: e.outcome for e in recorded.events if isinstance(e, ev.ToolCallFinished)}
+    assert finished == {"a1": "ok", "a2": "denied"}
+    replayed = await cassette("ok", directory=tmp_path).run(agent, "go", approve=approve)
+    assert sorted(asked) == ["a1", "a2"]  # not asked again
+    assert replayed.output == recorded.output

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 
-from tether.runtime import Agent, JsonlSink, Replay, RunResult, Runtime, replay
+from tether.events import ApprovalRequested
+from tether.providers import ModelSettings
+from tether.runtime import Agent, JsonlSink, Replay, RunHandle, RunResult, Runtime, replay
 
 __all__ = ["Cassette", "CassetteDiverged", "cassette"]
 
@@ -70,16 +74,23 @@ class Cassette:
         input: str,
         *,
         deps: Any = None,
+        settings: ModelSettings | None = None,
+        approve: Callable[[ApprovalRequested], bool] | None = None,
         live_tools: bool = False,
     ) -> RunResult[Any]:
         """Run ``agent`` on ``input``: live and recorded, or replayed from the cassette.
 
         Replaying raises :class:`CassetteDiverged` at the first divergence. ``deps``
-        is the run's (``Runtime.start``); ``live_tools`` runs the tools in a replay.
+        and ``settings`` are the run's (``Runtime.start``). While recording, a tool call
+        a policy holds for approval is approved when ``approve(request)`` says so, else
+        rejected (replaying, the recorded answers are given). ``live_tools`` runs the
+        tools in a replay.
         """
         if self.recording:
-            return await self._record(agent, input, deps)
-        replayed = await replay(self.path, agent, deps=deps, live_tools=live_tools)
+            return await self._record(agent, input, deps, settings, approve)
+        replayed = await replay(
+            self.path, agent, deps=deps, settings=settings, live_tools=live_tools
+        )
         if replayed.divergence is not None:
             raise CassetteDiverged(
                 f"cassette {self.path}: {replayed.divergence} "
@@ -88,17 +99,40 @@ class Cassette:
             )
         return replayed.result
 
-    async def _record(self, agent: Agent[Any, Any], input: str, deps: Any) -> RunResult[Any]:
+    async def _record(
+        self,
+        agent: Agent[Any, Any],
+        input: str,
+        deps: Any,
+        settings: ModelSettings | None,
+        approve: Callable[[ApprovalRequested], bool] | None,
+    ) -> RunResult[Any]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(self.path.name + ".recording")
         sink = JsonlSink(str(partial), mode="w")
         try:
             async with Runtime(event_sink=sink) as rt:
-                result = await rt.run(agent, input, deps=deps)
+                handle = rt.start(agent, input, deps=deps, settings=settings)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_answer, handle, approve)
+                    result = await handle.result()
+                    tg.cancel_scope.cancel()
         finally:
             sink.close()
         os.replace(partial, self.path)  # a cassette is whole, or not there
         return result
+
+
+async def _answer(
+    handle: RunHandle[Any], approve: Callable[[ApprovalRequested], bool] | None
+) -> None:
+    """Answer the recorded run's approval requests with ``approve`` (none: reject)."""
+    async for event in handle.events():
+        if isinstance(event, ApprovalRequested):
+            if approve is not None and approve(event):
+                handle.approve(event.call_id)
+            else:
+                handle.reject(event.call_id, "rejected while recording the cassette")
 
 
 _NAME = re.compile(r"^[\w.\-]+$")
