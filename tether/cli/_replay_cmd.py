@@ -34,9 +34,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.file is None:
             raise UsageError("--store URL needs the run's id: tether replay --store URL RUN_ID")
         run_id = args.file
-        found = anyio.run(
-            _from_store, args.store, run_id, agent, args.live_tools, backend=args.backend
-        )
+        store = open_store(args.store, args.schema)
+        found = anyio.run(_from_store, store, run_id, agent, args.live_tools, backend=args.backend)
     else:
         try:
             read_trail(args.file, args.run)  # its errors before a Runtime starts
@@ -52,8 +51,7 @@ async def _from_file(path: str, run_id: str | None, agent: Agent, live_tools: bo
     return await replay(path, agent, run_id=run_id, live_tools=live_tools)
 
 
-async def _from_store(url: str, run_id: str, agent: Agent, live_tools: bool) -> Replay:
-    store = open_store(url)
+async def _from_store(store: RunStore, run_id: str, agent: Agent, live_tools: bool) -> Replay:
     try:
         try:
             return await replay(store, agent, run_id=run_id, live_tools=live_tools)
@@ -63,9 +61,9 @@ async def _from_store(url: str, run_id: str, agent: Agent, live_tools: bool) -> 
         await store.aclose()
 
 
-def open_store(url: str) -> RunStore:
-    """The run store at ``url``: ``postgresql://...`` (extra ``postgres``), else a SQLite
-    file (a path, or ``sqlite:///path``)."""
+def open_store(url: str, schema: str | None = None) -> RunStore:
+    """The run store at ``url``: ``postgresql://...`` (extra ``postgres``; in ``schema``
+    when given), else a SQLite file (a path, or ``sqlite:///path``)."""
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from tether.postgres import PostgresRunStore
@@ -73,8 +71,12 @@ def open_store(url: str) -> RunStore:
             raise UsageError(
                 "a PostgreSQL store needs the 'postgres' extra: pip install 'tether[postgres]'"
             ) from None
-        store: RunStore = PostgresRunStore(url)
+        store: RunStore = (
+            PostgresRunStore(url) if schema is None else PostgresRunStore(url, schema=schema)
+        )
         return store
+    if schema is not None:
+        raise UsageError("--schema is for a PostgreSQL store (a postgresql:// URL)")
     path = url.removeprefix("sqlite://")
     if not os.path.exists(path):
         raise UsageError(f"no run store at {url!r} (a SQLite file, or a postgresql:// URL)")
@@ -130,6 +132,9 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--run", metavar="ID", help="the run of FILE.jsonl to replay")
     parser.add_argument("--store", metavar="URL", help="replay run RUN_ID from this run store")
+    parser.add_argument(
+        "--schema", metavar="NAME", help="the PostgreSQL store's schema (default: tether's)"
+    )
     parser.add_argument(
         "--live-tools", action="store_true", help="execute the tools instead of their results"
     )
