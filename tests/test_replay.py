@@ -683,7 +683,7 @@ async def test_cli_replay_file_and_store(
     assert code == 0, capsys.readouterr()
     assert "identical" in capsys.readouterr().out
     code = await anyio.to_thread.run_sync(
-        cli, "replay", "--store", url, "nope", "--agent", f"{module}:agent"
+        cli, "replay", "--store", url, "nope", "--agent", f"{module}:agent", "--backend", "trio"
     )
     assert code == 64
     assert "no events of run 'nope'" in capsys.readouterr().err

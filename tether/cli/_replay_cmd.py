@@ -18,7 +18,6 @@ from tether.runtime import (
     RunStore,
     SQLiteRunStore,
     TrailError,
-    read_trail,
     replay,
 )
 
@@ -28,22 +27,23 @@ EXIT_DIVERGED = 1
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     agent = load_agent(args.agent)
-    if args.store is None and args.file is None:
-        raise UsageError("give a trail: FILE.jsonl, or --store URL RUN_ID")
-    if args.store is not None:
-        if args.file is None:
-            raise UsageError("--store URL needs the run's id: tether replay --store URL RUN_ID")
-        run_id = args.file
-        store = open_store(args.store, args.schema)
-        found = anyio.run(_from_store, store, run_id, agent, args.live_tools, backend=args.backend)
-    else:
-        try:
-            read_trail(args.file, args.run)  # its errors before a Runtime starts
-        except TrailError as exc:
-            raise UsageError(str(exc)) from None
-        found = anyio.run(
-            _from_file, args.file, args.run, agent, args.live_tools, backend=args.backend
-        )
+    try:
+        if args.store is not None:
+            run_id = args.file or args.run
+            if run_id is None:
+                raise UsageError("--store URL needs the run's id: tether replay --store URL RUN_ID")
+            store = open_store(args.store, args.schema)
+            found = anyio.run(
+                _from_store, store, run_id, agent, args.live_tools, backend=args.backend
+            )
+        elif args.file is None:
+            raise UsageError("give a trail: FILE.jsonl, or --store URL RUN_ID")
+        else:
+            found = anyio.run(
+                _from_file, args.file, args.run, agent, args.live_tools, backend=args.backend
+            )
+    except TrailError as exc:  # no such file or run, several runs, not a trail
+        raise UsageError(str(exc)) from None
     return _report(found)
 
 
@@ -53,10 +53,7 @@ async def _from_file(path: str, run_id: str | None, agent: Agent, live_tools: bo
 
 async def _from_store(store: RunStore, run_id: str, agent: Agent, live_tools: bool) -> Replay:
     try:
-        try:
-            return await replay(store, agent, run_id=run_id, live_tools=live_tools)
-        except TrailError as exc:
-            raise UsageError(str(exc)) from None
+        return await replay(store, agent, run_id=run_id, live_tools=live_tools)
     finally:
         await store.aclose()
 
@@ -130,7 +127,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--agent", metavar="MODULE:AGENT", required=True, help="the agent, as 'tether run' takes it"
     )
-    parser.add_argument("--run", metavar="ID", help="the run of FILE.jsonl to replay")
+    parser.add_argument(
+        "--run", metavar="ID", help="the run of FILE.jsonl (or the store) to replay"
+    )
     parser.add_argument("--store", metavar="URL", help="replay run RUN_ID from this run store")
     parser.add_argument(
         "--schema", metavar="NAME", help="the PostgreSQL store's schema (default: tether's)"
