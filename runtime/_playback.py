@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 import tether.runtime._events as ev
@@ -101,6 +102,8 @@ class ReplayProvider:
         self._then = then
         #: Called with the run id when a run's first request past the trail goes to ``then``.
         self.on_live: Callable[[str], None] | None = None
+        #: Called with the reason where the recorded run was cancelled mid-call.
+        self.on_cut: Callable[[str], None] | None = None
         #: Requests answered from the trail, and handed to ``then``, so far.
         self.replayed = 0
         self.live = 0
@@ -134,6 +137,16 @@ class ReplayProvider:
             if isinstance(item, Fault):
                 if item.usage is not None:
                     yield UsageDelta(usage=item.usage)
+                if item.cut:
+                    # The recorded run cut this call here: on this usage (a ceiling, which
+                    # closes this stream), or by a cancel, which the run is given again.
+                    if item.cancel is not None and self.on_cut is not None:
+                        self.on_cut(item.cancel)
+                    await anyio.lowlevel.checkpoint()
+                    raise ReplayExhausted(
+                        "replay: the recorded run cut this model call mid-stream; "
+                        "the replayed run did not"
+                    )
                 raise item.error()
             if item.text:
                 yield TextDelta(text=item.text)
@@ -331,6 +344,11 @@ class Playback:
                 dones.append(recorded)
         # In the order the recorded run got them (its calls ran concurrently).
         return [done for _, done in sorted(dones, key=lambda pair: pair[0])]
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run as the recorded one was (mid-call, with ``reason``)."""
+        if self._run is not None:
+            self._run.cancel(reason)
 
     def seam(self, run_id: str) -> None:
         """The fork's first live request: its ``RunForked`` seam."""

@@ -142,6 +142,10 @@ class Fault:
     message: str
     #: Usage the failed attempt was charged before it failed.
     usage: TokenUsage | None = None
+    #: The attempt did not fail: the run cut it mid-stream (a ceiling it crossed, or a
+    #: cancel: ``cancel`` is then its reason). Replayed as its usage, then the same cut.
+    cut: bool = False
+    cancel: str | None = None
 
     def error(self) -> ProviderError:
         cls = _ERRORS.get(self.error_type, TransientProviderError)
@@ -201,9 +205,10 @@ class Recording:
         children: dict[str, ev.ChildRunFinished] = {}
         judgements: list[tuple[ev.Judged, TokenUsage | None]] = []
         judge_usage: TokenUsage | None = None
+        open_call = False  # a model call started and not (yet) answered
         for event in events:
             if isinstance(event, ev.ModelCallStarted):
-                attempt_usage = None
+                attempt_usage, open_call = None, True
             elif isinstance(event, ev.UsageCharged) and event.source == "model":
                 attempt_usage = _usage(event)
             elif isinstance(event, ev.UsageCharged) and event.source == "judge":
@@ -216,8 +221,10 @@ class Recording:
                     error_type=event.error_type, message=event.message, usage=attempt_usage
                 )
                 calls.append((event.round, fault))
+                open_call = False
             elif isinstance(event, ev.ModelCallFinished):
                 calls.append((event.round, _response(event)))
+                open_call = False
             elif isinstance(event, ev.ChildRunFinished):
                 children[event.call_id] = event
             elif isinstance(event, ev.ToolCallFinished):
@@ -237,6 +244,16 @@ class Recording:
                         error_type=_snake(cause[1]), message=cause[2], usage=attempt_usage
                     )
                     calls.append((event.round, failed))
+                    open_call = False
+            elif isinstance(event, ev.RunFinished) and open_call:
+                cancel = event.error if event.termination == "cancelled" else None
+                cut = Fault(error_type="", message="", usage=attempt_usage, cut=True, cancel=cancel)
+                calls.append((event.round, cut))
+                if event.termination == "deadline":
+                    missing.append(
+                        "when the run's deadline cut its last model call (the replay's "
+                        "clock is its own)"
+                    )
             elif isinstance(event, ev.ProviderFallback):
                 missing.append(
                     f"the provider's fallback in round {event.round} "

@@ -60,6 +60,7 @@ async def replay(
     provider = replay_provider(recording, agent)
     played = attrs.evolve(agent, provider=provider, judge=played_judge(agent, recording))
     playback = Playback(recording, live_tools=live_tools)
+    provider.on_cut = playback.cancel
     started = recording.started
     text = "" if started is None else started.input
     async with Runtime() as rt:

@@ -964,3 +964,46 @@ async def test_cassette_with_approvals(tmp_path: Path) -> None:
     replayed = await cassette("ok", directory=tmp_path).run(agent, "go", approve=approve)
     assert sorted(asked) == ["a1", "a2"]  # not asked again
     assert replayed.output == recorded.output
+
+
+async def test_calls_cut_mid_stream_replay(tmp_path: Path) -> None:
+    """A call a token ceiling cut mid-stream, and one a cancel cut, replay identical: the
+    recorded usage crosses the ceiling again; the run is cancelled again with its reason."""
+    long_text = "word " * 400
+    ceiling = tether.Agent(
+        name="ceiling",
+        provider=ScriptedProvider(
+            [Reply(text=long_text)], chunk_size=8, honor_max_tokens=False, chunk_latency_s=0.001
+        ),
+        limits=tether.Limits(max_total_tokens=60),
+    )
+    path = tmp_path / "ceiling.jsonl"
+    result = await record(ceiling, path)
+    assert result.termination == tether.Termination.TOKEN_CEILING
+    replayed = await tether.replay(str(path), ceiling)
+    assert replayed.identical, str(replayed)
+
+    started = anyio.Event()
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        started.set()
+        return Reply(text=long_text)
+
+    slow = tether.Agent(
+        name="slow", provider=ScriptedProvider(script, chunk_size=8, chunk_latency_s=3600)
+    )
+    path = tmp_path / "cancelled.jsonl"
+    sink = tether.JsonlSink(str(path))
+    try:
+        async with tether.Runtime(event_sink=sink) as rt:
+            handle = rt.start(slow, "go")
+            await started.wait()
+            await anyio.wait_all_tasks_blocked()
+            handle.cancel("the user left")
+            cancelled = await handle.result()
+    finally:
+        sink.close()
+    assert cancelled.termination == tether.Termination.CANCELLED
+    replayed = await tether.replay(str(path), slow)
+    assert replayed.identical, str(replayed)
+    assert replayed.result.termination == tether.Termination.CANCELLED
