@@ -399,22 +399,26 @@ async def test_old_trail_without_reasoning_field(tmp_path: Path) -> None:
 
 
 async def test_trail_errors(tmp_path: Path) -> None:
-    """A file with two runs needs run_id; an unknown run is named in the error."""
+    """A file with two runs needs run_id; an unknown run, a missing file, a line that is
+    not an event are clear errors; a last line torn by a crash is skipped."""
     path = tmp_path / "t.jsonl"
-    await record(_agents()["plain"], path)
+    first = await record(_agents()["plain"], path)
     await record(_agents()["plain"], path)
     with pytest.raises(TrailError, match="holds 2 runs"):
         read_trail(str(path))
     with pytest.raises(TrailError, match="no run 'nope'"):
         read_trail(str(path), "nope")
-    run_id = read_trail(str(path), None if False else read_trail_ids(path)[0])[0].run_id
-    assert (await tether.replay(str(path), _agents()["plain"], run_id=run_id)).identical
-
-
-def read_trail_ids(path: Path) -> list[str]:
-    import json
-
-    return list(dict.fromkeys(json.loads(line)["run_id"] for line in path.read_text().splitlines()))
+    with pytest.raises(TrailError, match="cannot read the trail"):
+        read_trail(str(tmp_path / "missing.jsonl"))
+    assert (await tether.replay(str(path), _agents()["plain"], run_id=first.run_id)).identical
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "Nope"}\n')
+    with pytest.raises(TrailError, match=r"bad\.jsonl:1: not a tether event"):
+        read_trail(str(bad))
+    torn = tmp_path / "torn.jsonl"
+    whole = (tmp_path / "t.jsonl").read_text().splitlines()
+    torn.write_text("\n".join(whole) + "\n" + whole[0][:20])  # no newline: torn
+    assert read_trail(str(torn), first.run_id)[-1].seq == len(first.events) - 1
 
 
 async def test_replay_provider_in_a_test(tmp_path: Path) -> None:
