@@ -38,11 +38,13 @@ async def fork(
     """Start a run in ``rt`` that plays run ``run_id``'s first ``at_round`` rounds, then
     goes on live (see :mod:`._fork`); its ``RunHandle``.
 
-    ``agent`` runs it (its provider answers the live rounds); ``input`` is the
-    recorded run's unless given. The recorded run comes from ``trail`` when
-    given, else from the Runtime's run store. ``ValueError`` for a round the
-    recorded run did not finish (``0 <= at_round`` and round ``at_round`` ended
-    with a transition on to the next round).
+    ``agent`` runs it (its provider answers the live rounds, its tools run in
+    them); ``input`` is the recorded run's unless given. The recorded run comes
+    from ``trail`` (a JSONL file, or events) when given, else from the Runtime's
+    run store. ``new_run_id``, ``deps`` and ``settings`` are the new run's, as
+    :meth:`Runtime.start` takes them. ``ValueError`` for a round the recorded run
+    did not go on from (``0 <= at_round``, and round ``at_round`` ended with a
+    transition to a next round); :class:`~tether.runtime.TrailError` when the run is not found.
     """
     if not isinstance(agent, Agent):
         raise TypeError(f"fork() wants a tether.Agent, got {type(agent).__name__}")
