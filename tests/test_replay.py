@@ -508,7 +508,11 @@ async def test_fork_from_a_jsonl_trail(tmp_path: Path) -> None:
         result = await handle.result()
     assert live.count == 1
     assert result.output == "stopped early"
-    assert [e.round for e in result.events if isinstance(e, ev.RunForked)] == [2]
+    (seam,) = [e for e in result.events if isinstance(e, ev.RunForked)]
+    assert seam.round == 2
+    from tether.cli._trace_cmd import describe
+
+    assert describe(seam) == f"forked from {original.run_id} after its round 1; live from here"
 
 
 async def test_fork_checks_its_round(tmp_path: Path) -> None:
