@@ -1015,3 +1015,26 @@ async def test_calls_cut_mid_stream_replay(tmp_path: Path) -> None:
     replayed = await tether.replay(str(path), slow)
     assert replayed.identical, str(replayed)
     assert replayed.result.termination == tether.Termination.CANCELLED
+
+
+async def test_changed_instructions_and_a_removed_tool(tmp_path: Path) -> None:
+    """An instructions function whose text changed diverges at RunStarted; a tool removed
+    since the recording diverges at its call's result, in round 1's execute stage."""
+
+    def instructions(ctx: tether.RunContext[Any]) -> str:
+        return "be brief"
+
+    agent = attrs.evolve(_agents()["tools"], instructions=instructions)
+    path = tmp_path / "t.jsonl"
+    await record(agent, path)
+    assert (await tether.replay(str(path), agent)).identical
+    wordy = attrs.evolve(agent, instructions=lambda ctx: "be wordy")
+    d = (await tether.replay(str(path), wordy)).divergence
+    assert d is not None
+    assert (d.round, d.fields) == (0, ("instructions",))
+    gone = attrs.evolve(agent, tools=[add, flaky])
+    d = (await tether.replay(str(path), gone)).divergence
+    assert d is not None
+    assert (d.round, d.stage) == (1, "execute")
+    assert d.got is not None
+    assert d.got["call_id"] == "c2"
