@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tether
 from tests.helpers import add, calls
@@ -25,6 +27,7 @@ from tether.providers import (
     ToolCall,
 )
 from tether.runtime import ReplayProvider, TrailError, read_trail
+from tether.runtime._playback import comparable
 
 pytestmark = pytest.mark.anyio
 
@@ -483,9 +486,8 @@ async def test_fork_at_round_2_of_a_durable_run(tmp_path: Path) -> None:
     seams = [e for e in result.events if isinstance(e, ev.RunForked)]
     assert len(seams) == 1
     assert (seams[0].from_run, seams[0].at_round, seams[0].round) == (original.run_id, 2, 3)
-    # Rounds 1-2 are the recorded ones, event for event.
-    from tether.runtime._playback import comparable
 
+    # Rounds 1-2 are the recorded ones, event for event.
     def upto2(events: Any) -> list[Any]:
         return [comparable(e) for e in events if e.round <= 2]
 
@@ -1038,3 +1040,51 @@ async def test_changed_instructions_and_a_removed_tool(tmp_path: Path) -> None:
     assert (d.round, d.stage) == (1, "execute")
     assert d.got is not None
     assert d.got["call_id"] == "c2"
+
+
+# ------------------------------------------------------------ any script
+
+_CALLS = st.one_of(
+    st.builds(lambda a, b: ("add", {"a": a, "b": b}), st.integers(-5, 5), st.integers(-5, 5)),
+    st.builds(lambda c: ("lookup", {"city": c}), st.sampled_from(["Rome", "Oslo"])),
+    st.builds(lambda x: ("flaky", {"x": x}), st.integers(-2, 2)),
+    st.just(("add", {"a": "not a number"})),  # fails the tool's argument checks
+    st.just(("missing", {})),  # no such tool
+)
+_ROUNDS = st.lists(st.lists(_CALLS, min_size=0, max_size=3), min_size=1, max_size=4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds=_ROUNDS, deny=st.booleans(), backend=st.sampled_from(["asyncio", "trio"]))
+def test_any_scripted_run_replays_identical(
+    rounds: list[list[tuple[str, dict[str, Any]]]], deny: bool, backend: str
+) -> None:
+    """Whatever the script (tool calls good and bad, parallel or not, a tool that does not
+    exist, a policy that denies), the run replays identical from its own events, and two
+    replays give the same events."""
+    script = [
+        Reply(
+            text=f"round {i}",
+            tool_calls=[
+                ToolCall(name=name, arguments=args, id=f"r{i}c{j}")
+                for j, (name, args) in enumerate(calls)
+            ],
+        )
+        for i, calls in enumerate(rounds)
+    ]
+    agent = tether.Agent(
+        name="any",
+        provider=ScriptedProvider([*script, Reply(text="done")]),
+        tools=[add, lookup, flaky],
+        policies=[_deny_flaky] if deny else [],
+    )
+
+    async def main() -> None:
+        async with tether.Runtime() as rt:
+            result = await rt.run(agent, "go")
+        one = await tether.replay(result.events, agent)
+        assert one.identical, str(one)
+        two = await tether.replay(result.events, agent)
+        assert [comparable(e) for e in one.events] == [comparable(e) for e in two.events]
+
+    anyio.run(main, backend=backend)
