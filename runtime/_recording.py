@@ -185,11 +185,6 @@ class Recording:
     #: What the trail does not hold that the run had (said in the replay's notes).
     missing: tuple[str, ...] = ()
 
-    @property
-    def rounds(self) -> int:
-        """The last round the trail reached."""
-        return max((e.round for e in self.events), default=0)
-
     @classmethod
     def of(cls, events: Sequence[ev.Event], notes: Sequence[str] = ()) -> Recording:
         """What replay needs from one run's ``events`` (``notes``: what their format lacks)."""

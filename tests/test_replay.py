@@ -433,7 +433,8 @@ async def test_replay_provider_in_a_test(tmp_path: Path) -> None:
     async with tether.Runtime() as rt:
         result = await rt.run(attrs.evolve(agent, provider=provider), "go")
     assert result.output == "3, sunny, 4"
-    assert provider.replayed == 4
+    assert provider.replayed == provider.recorded_calls == 4
+    assert provider.live == 0
 
 
 # ------------------------------------------------------------------- fork
@@ -480,6 +481,9 @@ async def test_fork_at_round_2_of_a_durable_run(tmp_path: Path) -> None:
         result = await handle.result()
     assert counting.count == 4  # the recorded rounds made no model call
     assert live.count == 2  # rounds 3 and 4 were live
+    provider = handle.agent.provider
+    assert isinstance(provider, ReplayProvider)
+    assert (provider.replayed, provider.live) == (2, 2)
     assert calls["lookup"] == 3 + 1  # only round 3's call ran
     assert result.output == "A B Z"
     assert result.run_id != original.run_id
