@@ -1092,3 +1092,25 @@ def test_any_scripted_run_replays_identical(
         assert [comparable(e) for e in one.events] == [comparable(e) for e in two.events]
 
     anyio.run(main, backend=backend)
+
+
+async def test_a_fork_plays_recorded_approvals(tmp_path: Path) -> None:
+    """The approvals of a fork's played rounds are answered as recorded (nobody is asked);
+    its live rounds' approvals wait for the host as usual."""
+    path = tmp_path / "t.jsonl"
+    original = await record(_agents()["approval"], path)
+    provider = ScriptedProvider([Reply(tool_calls=[_lookup("Kyiv", "k9")]), Reply(text="ok")])
+    agent = tether.Agent(name="approval", provider=provider, tools=[lookup], policies=[_ask])
+    async with tether.Runtime() as rt:
+        handle = await rt.fork(original.run_id, at_round=1, agent=agent, trail=str(path))
+        asked = []
+        async for event in handle.events():
+            if isinstance(event, ev.ApprovalRequested):
+                asked.append(event.call_id)
+                if event.round == 2:
+                    handle.approve(event.call_id)
+        result = await handle.result()
+    assert asked == ["a1", "a2", "k9"]  # requested in the trail all three; answered: k9
+    answers = [(e.call_id, e.approved) for e in result.events if isinstance(e, ev.ApprovalAnswered)]
+    assert answers == [("a1", True), ("a2", False), ("k9", True)]
+    assert result.output == "ok"
