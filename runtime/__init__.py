@@ -35,6 +35,11 @@ on, so that none of them imports a private module:
   in one process), ``Runtime.share_budget`` to give a Runtime its
   :class:`SlicedBudget`; the messages :class:`Spent`, :class:`Grant` and the
   records :class:`LedgerStatus`, :class:`SliceStatistics`.
+- **Replay and fork** (docs/guides/replay.md): :func:`replay` and its
+  :class:`Replay` / :class:`Divergence`, :class:`ReplayProvider` (and
+  :class:`ReplayExhausted`), :func:`read_trail` / :func:`store_trail` (one run's
+  events from a JSONL file or a run store; :class:`TrailError`);
+  ``Runtime.fork``.
 - **Remote tools**: :class:`Toolset`, :class:`ToolsetSession`,
   :class:`RemoteTool`, :class:`Signals`, :class:`ConnectionLost`, :class:`ToolFilter`.
 """
@@ -82,6 +87,7 @@ from ._events import ProviderRetry as ProviderRetry
 from ._events import ProviderWait as ProviderWait
 from ._events import ReasoningDelta as ReasoningDelta
 from ._events import RunFinished as RunFinished
+from ._events import RunForked as RunForked
 from ._events import RunResumed as RunResumed
 from ._events import RunStarted as RunStarted
 from ._events import StageEntered as StageEntered
@@ -117,11 +123,19 @@ from ._limits import Termination as Termination
 from ._limits import Usage as Usage
 from ._llm_judge import Criterion as Criterion
 from ._llm_judge import LLMJudge as LLMJudge
+from ._playback import Divergence as Divergence
+from ._playback import Replay as Replay
+from ._playback import ReplayExhausted as ReplayExhausted
+from ._playback import ReplayProvider as ReplayProvider
 from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._reader import ReaderKind as ReaderKind
 from ._reader import TrailReader as TrailReader
+from ._recording import TrailError as TrailError
+from ._recording import read_trail as read_trail
+from ._recording import store_trail as store_trail
+from ._replay import replay as replay
 from ._result import RunResult as RunResult
 from ._result import summarize as summarize
 from ._runrows import RUN_COLUMNS as RUN_COLUMNS
@@ -198,6 +212,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Criterion",
     "DELTA_TYPES",
     "DepsT",
+    "Divergence",
     "EVENT_TYPES",
     "Event",
     "EventSink",
@@ -240,8 +255,12 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ReaderKind",
     "ReasoningDelta",
     "RemoteTool",
+    "Replay",
+    "ReplayExhausted",
+    "ReplayProvider",
     "RuleJudge",
     "RunFinished",
+    "RunForked",
     "RunHandle",
     "RunHandleLike",
     "RunInput",
@@ -283,6 +302,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolRecord",
     "Toolset",
     "ToolsetSession",
+    "TrailError",
     "TrailReader",
     "Transition",
     "TruncateOldest",
@@ -296,8 +316,11 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "encode_json",
     "estimate_tokens",
     "load_event",
+    "read_trail",
     "renewal_epochs",
+    "replay",
     "run_of_row",
+    "store_trail",
     "stored_result",
     "summarize",
     "tool_record_of_row",

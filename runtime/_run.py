@@ -215,6 +215,8 @@ class Run:
         self._transcript = transcript or Transcript.of(agent)
         if durable is not None and durable.point is not None:  # claimed from the store
             durable.point.restore(state, trail)
+        if extras.playback is not None:  # a replayed or forked run (_playback.py)
+            extras.playback.bind(self)
 
     # ------------------------------------------------------------- the handle
 
@@ -421,6 +423,8 @@ class Run:
     def _tools_actor(self) -> ActorRef[RunTools]:
         if self._tool_actor is None:
             factory = _tool_actor_factory(self.agent, self._services.threads)
+            if (playback := self.per_run.playback) is not None:
+                factory = playback.tools(factory)
             self._tool_actor = self._spawn("tools", factory)
         return self._tool_actor
 

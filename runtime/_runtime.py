@@ -22,6 +22,7 @@ from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
 from ._fleetbudget import LedgerLink, SlicedBudget, slice_of
+from ._fork import fork
 from ._input import RunInput
 from ._keeper import Keeper
 from ._limits import Limits
@@ -697,8 +698,7 @@ class Runtime:
     def in_flight(self, run_id: str) -> RunHandle[Any] | None:
         """The handle of run ``run_id`` if it is in flight here (started or resumed
         by this Runtime and not yet finished or parked), else ``None``."""
-        run = self._runs.get(run_id)
-        return None if run is None else RunHandle[Any](run)
+        return None if (run := self._runs.get(run_id)) is None else RunHandle[Any](run)
 
     @property
     def owner(self) -> str | None:
@@ -752,6 +752,8 @@ class Runtime:
     def new_run_id(self) -> str:
         return f"run-{self._prefix}-{next(self._ids)}"
 
+    fork = fork  # await rt.fork(run_id, at_round=N, agent=...): tether.runtime._fork
+
     @property
     def sink_status(self) -> SinkStatus | None:
         """How the event sink keeps up: delivered, dropped, waiting (``None``: no sink)."""
@@ -760,8 +762,7 @@ class Runtime:
     @property
     def budget(self) -> BudgetStatus | None:
         """What the Runtime-wide budget (``Runtime(limits=...)``) has used, or ``None``."""
-        b = self._budget
-        if b is None:
+        if (b := self._budget) is None:
             return None
         return BudgetStatus(
             max_total_tokens=b.max_total_tokens,

@@ -21,6 +21,7 @@ from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
 from tether.runtime import ConversationStore as ConversationStore
 from tether.runtime import Criterion as Criterion
+from tether.runtime import Divergence as Divergence
 from tether.runtime import InMemoryConversationStore as InMemoryConversationStore
 from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
 from tether.runtime import JsonlSink as JsonlSink
@@ -34,6 +35,8 @@ from tether.runtime import Limits as Limits
 from tether.runtime import LLMJudge as LLMJudge
 from tether.runtime import Policy as Policy
 from tether.runtime import PolicyPoint as PolicyPoint
+from tether.runtime import Replay as Replay
+from tether.runtime import ReplayProvider as ReplayProvider
 from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
 from tether.runtime import RunHandleLike as RunHandleLike
@@ -51,6 +54,7 @@ from tether.runtime import Termination as Termination
 from tether.runtime import TruncateOldest as TruncateOldest
 from tether.runtime import Usage as Usage
 from tether.runtime import Verdict as Verdict
+from tether.runtime import replay as replay
 
 #: The installed distribution's version (``importlib.metadata.version("tether")``),
 #: read on first use: the package metadata is not searched at import.
@@ -61,6 +65,7 @@ __all__ = [
     "Candidate",
     "ConversationStore",
     "Criterion",
+    "Divergence",
     "FatalToolError",
     "Image",
     "InMemoryConversationStore",
@@ -79,6 +84,8 @@ __all__ = [
     "Policy",
     "PolicyPoint",
     "Reasoning",
+    "Replay",
+    "ReplayProvider",
     "RuleJudge",
     "RunContext",
     "RunHandle",
@@ -104,6 +111,7 @@ __all__ = [
     "dump_messages",
     "events",
     "load_messages",
+    "replay",
     "run_sync",
     "tool",
 ]

@@ -28,6 +28,8 @@ Spans, with explicit start and end times taken from the events' ``at``:
   ``ToolCallStarted`` to ``ToolCallFinished``; an ``is_error`` result is an error.
 - An MCP server's reconnection (``MCPServerRestarted``) is a
   ``tether.mcp_server_restarted`` event on the run's span.
+- A forked run's seam (``RunForked``) is a ``tether.run_forked`` event on the
+  run's span (``tether.forked.from_run``, ``tether.forked.at_round``).
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
@@ -296,6 +298,15 @@ class OtelSink:
                     "tether.mcp.server": event.server,
                     "tether.mcp.restarts": event.restarts,
                     "tether.error": event.error[-_MAX_DESCRIPTION:],
+                },
+                timestamp=at,
+            )
+        elif isinstance(event, ev.RunForked):
+            run.span.add_event(
+                "tether.run_forked",
+                {
+                    "tether.forked.from_run": event.from_run,
+                    "tether.forked.at_round": event.at_round,
                 },
                 timestamp=at,
             )

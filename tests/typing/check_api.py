@@ -372,3 +372,21 @@ async def evals(provider: tether.providers.Provider) -> None:
     assert_type(report.compare(EvalReport.load("old.json")), Comparison)
     assert_type(render_html(report), str)
     await evaluate(agent, "cases.jsonl", judges={"exact": ExactMatch()})
+
+
+async def replay_and_fork(agent: tether.Agent, store: tether.SQLiteRunStore) -> None:
+    found = await tether.replay("runs.jsonl", agent, run_id="run-1", live_tools=False)
+    assert_type(found, tether.Replay)
+    assert_type(found.identical, bool)
+    divergence = found.divergence
+    if divergence is not None:
+        assert_type(divergence, tether.Divergence)
+        assert_type(divergence.round, int)
+        assert_type(divergence.stage, str | None)
+    from_store = await tether.replay(store, agent, run_id="run-1")
+    assert_type(from_store.result, tether.RunResult[Any])
+    async with tether.Runtime(store=store) as rt:
+        handle = await rt.fork("run-1", at_round=2, agent=agent)
+        assert_type(handle, tether.RunHandle[Any])
+    provider = tether.ReplayProvider("runs.jsonl", then=ScriptedProvider([]))
+    assert isinstance(provider, tether.providers.Provider)
