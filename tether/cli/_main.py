@@ -2,7 +2,8 @@
 
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
 :mod:`tether.cli._ray_demo`, ``run`` in
-:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``serve`` in
+:mod:`tether.cli._serve_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
@@ -32,6 +33,7 @@ from tether.cli._common import (
 from tether.cli._demo_cmd import _cmd_demo
 from tether.cli._ray_demo import _cmd_ray_demo
 from tether.cli._run_cmd import _cmd_run
+from tether.cli._serve_cmd import add_serve
 from tether.cli._trace_cmd import _cmd_trace
 
 
@@ -193,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+
+    add_serve(commands)
     return parser
 
 
