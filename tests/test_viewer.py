@@ -1,0 +1,165 @@
+"""The run viewer's ASGI app without a browser, on both backends (docs/guides/viewer.md):
+the list, filters and pages, a run's page, the SSE stream, the actions' guard, traces,
+redaction, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import tether
+from tether import web
+
+from .memory_runstore import MemoryRunStore
+from .viewer_agents import asker, calc, fill, wait_status
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "t0ken"
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://viewer")
+
+
+async def test_list_filters_and_run_page(tmp_path: Path) -> None:
+    """The list shows the stored runs, filters and pages them; a run's page shows its trail."""
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    try:
+        async with client(web.app(store=store)) as c:
+            page = (await c.get("/")).text
+            assert page.count("<tr data-run=") == 5
+            assert "<main" in page and 'aria-label="Filter runs"' in page
+            parked = (await c.get("/?status=parked")).text
+            assert parked.count("<tr data-run=") == 1 and 'data-run="ask-0"' in parked
+            answered = (await c.get("/?termination=answered&agent=calc")).text
+            assert answered.count("<tr data-run=") == 3
+            run = (await c.get("/runs/calc-0")).text
+            assert run.count('class="round"') == 3
+            assert "mentions_sum" in run and "The sum is 5." in run
+            bad = await c.get("/?status=nope")
+            assert bad.status_code == 400 and "status" in bad.json()["error"]
+            assert (await c.get("/runs/nope")).status_code == 404
+            stream = await c.get("/runs/calc-0/stream")
+            assert stream.headers["content-type"] == "text/event-stream"
+            assert '"status": "finished"' in stream.text and "event: end" in stream.text
+            assert (await c.get("/static/viewer.js")).status_code == 200
+            assert (await c.get("/static/../_app.py")).status_code == 404
+    finally:
+        await store.aclose()
+
+
+async def test_pages_follow_the_cursor(tmp_path: Path) -> None:
+    """Past the first page, 'Next page' carries a keyset cursor and no run repeats."""
+    store = MemoryRunStore()
+    from tether.runtime import NewRun
+
+    for i in range(120):
+        await store.create(
+            NewRun(run_id=f"r{i:03d}", agent="a", input="q", created_at=float(i)),
+            owner="x",
+            lease_s=60,
+        )
+    seen: list[str] = []
+    async with client(web.app(store=store)) as c:  # type: ignore[arg-type]
+        url = "/"
+        while url:
+            text = (await c.get(url)).text
+            seen += [part.split('"')[0] for part in text.split('<tr data-run="')[1:]]
+            url = text.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&") if 'rel="next"' in text else ""
+    assert seen == [f"r{i:03d}" for i in reversed(range(120))]
+
+
+async def test_actions_need_a_token_and_a_runtime(tmp_path: Path) -> None:
+    """No token: 401; a wrong one: 401; read-only: 409; the right one approves the parked call
+    and the run goes on to answered."""
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    try:
+        async with tether.Runtime(store=store, agents=[asker(), calc()]) as rt:
+            with pytest.raises(ValueError, match="tokens"):
+                web.app(store=store, runtime=rt)
+            async with client(web.app(store=store, runtime=rt, read_only=True)) as c:
+                assert (await c.post("/runs/ask-0/approve", data={"call_id": "b1"})).status_code == 409
+            viewer = web.app(store=store, runtime=rt, tokens={"me": TOKEN})
+            async with client(viewer) as c:
+                refused = await c.post("/runs/ask-0/approve", data={"call_id": "b1"})
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"].startswith("Bearer")
+                wrong = await c.post(
+                    "/runs/ask-0/approve",
+                    data={"call_id": "b1"},
+                    headers={"authorization": "Bearer nope"},
+                )
+                assert wrong.status_code == 401
+                assert (await store.get("ask-0")).status == "parked"  # type: ignore[union-attr]
+                missing = await c.post(
+                    "/runs/ask-0/approve",
+                    data={"call_id": "zz"},
+                    headers={"authorization": f"Bearer {TOKEN}"},
+                )
+                assert missing.status_code == 409
+                ok = await c.post(
+                    "/runs/ask-0/approve",
+                    data={"call_id": "b1"},
+                    headers={"authorization": f"Bearer {TOKEN}"},
+                )
+                assert ok.status_code == 200, ok.text
+                await wait_status(store, "ask-0", "finished")
+                done = await store.get("ask-0")
+                assert done is not None and done.result["termination"] == "answered"
+    finally:
+        await store.aclose()
+
+
+async def test_a_trace_and_redaction(tmp_path: Path) -> None:
+    """A JSONL trace is listed and shown; --redact hides message contents."""
+    trace = tmp_path / "trace.jsonl"
+    async with tether.Runtime(event_sink=tether.runtime.JsonlSink(trace)) as rt:
+        await rt.run(calc(), "secret question")
+    async with client(web.app(trace=trace, redact=True)) as c:
+        listing = (await c.get("/")).text
+        assert listing.count("<tr data-run=") == 1
+        run_id = listing.split('<tr data-run="')[1].split('"')[0]
+        page = (await c.get(f"/runs/{run_id}")).text
+        assert "secret question" not in page and "The sum is 5" not in page
+        assert "[redacted]" in page and "mentions_sum" in page
+        stream = await c.get(f"/runs/{run_id}/stream")
+        assert "event: end" in stream.text
+    with pytest.raises(ValueError, match="one of"):
+        web.app()
+    with pytest.raises(ValueError, match="no trace file"):
+        web.app(trace=tmp_path / "missing.jsonl")
+
+
+async def test_cancelling_the_stream_leaves_nothing(tmp_path: Path) -> None:
+    """A client that goes away mid-stream ends the stream's tasks (nothing left running)."""
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    viewer = web.app(store=store)
+    sent: list[Any] = []
+    gone = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if message.get("body", b"").startswith(b"data:"):
+            gone.set()
+
+    scope = {"type": "http", "method": "GET", "path": "/runs/ask-0/stream", "headers": []}
+    with anyio.fail_after(10):
+        await viewer(scope, receive, send)  # parked: would follow forever, ends on disconnect
+    assert json.loads(sent[1]["body"].decode().removeprefix("data: "))["status"] == "parked"
+    await store.aclose()
