@@ -128,9 +128,9 @@ from ._reader import TrailReader as TrailReader
 from ._result import RunResult as RunResult
 from ._result import summarize as summarize
 from ._runlist import MAX_PAGE as MAX_PAGE
-from ._runlist import Order as Order
 from ._runlist import RUN_STATUSES as RUN_STATUSES
 from ._runlist import ListableRunStore as ListableRunStore
+from ._runlist import Order as Order
 from ._runlist import RunPage as RunPage
 from ._runlist import RunSummary as RunSummary
 from ._runlist import check_listing as check_listing

@@ -332,7 +332,11 @@ class MemoryRunStore:
             and (until is None or s.created_at < until)
             and (
                 cursor is None
-                or ((s.created_at, s.run_id) < cursor if newest else (s.created_at, s.run_id) > cursor)
+                or (
+                    (s.created_at, s.run_id) < cursor
+                    if newest
+                    else (s.created_at, s.run_id) > cursor
+                )
             )
         ]
         return page_of(chosen[: limit + 1], limit)

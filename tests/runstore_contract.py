@@ -579,7 +579,8 @@ async def test_list_runs_filters_and_pages_by_keyset(make_store: MakeStore) -> N
             11,
             0.5,
         )
-        assert r0.duration_s is not None and r0.duration_s >= 0
+        assert r0.duration_s is not None
+        assert r0.duration_s >= 0
         assert (r1.termination, r1.cost_usd) == ("max_steps", None)
         assert (r2.status, r2.termination, r2.rounds, r2.tokens, r2.cost_usd) == (
             "parked",
@@ -590,7 +591,9 @@ async def test_list_runs_filters_and_pages_by_keyset(make_store: MakeStore) -> N
         )
         assert (r3.status, r3.rounds, r3.tokens, r3.cost_usd) == ("running", 1, 8, 0.25)
         assert (r6.rounds, r6.tokens, r6.cost_usd, r6.duration_s) == (None, None, None, None)
-        assert r3.events == 1 and r6.events == 0 and r6.created_at == 106.0
+        assert r3.events == 1
+        assert r6.events == 0
+        assert r6.created_at == 106.0
 
         async def ids(**kw: Any) -> list[str]:
             return [r.run_id for r in (await store.list_runs(**kw)).runs]
@@ -620,7 +623,9 @@ async def test_list_runs_filters_and_pages_by_keyset(make_store: MakeStore) -> N
         # Ties on the start time are broken by run id, in the same order both ways.
         for run_id in ("t2", "t1"):
             await store.create(
-                NewRun(run_id=run_id, agent="tie", input="q", created_at=50.0), owner="A", lease_s=60
+                NewRun(run_id=run_id, agent="tie", input="q", created_at=50.0),
+                owner="A",
+                lease_s=60,
             )
         tie = await store.list_runs(agent="tie", limit=1)
         assert [r.run_id for r in tie.runs] == ["t2"]

@@ -36,20 +36,25 @@ async def test_list_filters_and_run_page(tmp_path: Path) -> None:
         async with client(web.app(store=store)) as c:
             page = (await c.get("/")).text
             assert page.count("<tr data-run=") == 5
-            assert "<main" in page and 'aria-label="Filter runs"' in page
+            assert "<main" in page
+            assert 'aria-label="Filter runs"' in page
             parked = (await c.get("/?status=parked")).text
-            assert parked.count("<tr data-run=") == 1 and 'data-run="ask-0"' in parked
+            assert parked.count("<tr data-run=") == 1
+            assert 'data-run="ask-0"' in parked
             answered = (await c.get("/?termination=answered&agent=calc")).text
             assert answered.count("<tr data-run=") == 3
             run = (await c.get("/runs/calc-0")).text
             assert run.count('class="round"') == 3
-            assert "mentions_sum" in run and "The sum is 5." in run
+            assert "mentions_sum" in run
+            assert "The sum is 5." in run
             bad = await c.get("/?status=nope")
-            assert bad.status_code == 400 and "status" in bad.json()["error"]
+            assert bad.status_code == 400
+            assert "status" in bad.json()["error"]
             assert (await c.get("/runs/nope")).status_code == 404
             stream = await c.get("/runs/calc-0/stream")
             assert stream.headers["content-type"] == "text/event-stream"
-            assert '"status": "finished"' in stream.text and "event: end" in stream.text
+            assert '"status": "finished"' in stream.text
+            assert "event: end" in stream.text
             assert (await c.get("/static/viewer.js")).status_code == 200
             assert (await c.get("/static/../_app.py")).status_code == 404
     finally:
@@ -73,7 +78,11 @@ async def test_pages_follow_the_cursor(tmp_path: Path) -> None:
         while url:
             text = (await c.get(url)).text
             seen += [part.split('"')[0] for part in text.split('<tr data-run="')[1:]]
-            url = text.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&") if 'rel="next"' in text else ""
+            url = (
+                text.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
+                if 'rel="next"' in text
+                else ""
+            )
     assert seen == [f"r{i:03d}" for i in reversed(range(120))]
 
 
@@ -88,7 +97,9 @@ async def test_actions_need_a_token_and_a_runtime(tmp_path: Path) -> None:
             with pytest.raises(ValueError, match="tokens"):
                 web.app(store=store, runtime=rt)
             async with client(web.app(store=store, runtime=rt, read_only=True)) as c:
-                assert (await c.post("/runs/ask-0/approve", data={"call_id": "b1"})).status_code == 409
+                assert (
+                    await c.post("/runs/ask-0/approve", data={"call_id": "b1"})
+                ).status_code == 409
             viewer = web.app(store=store, runtime=rt, tokens={"me": TOKEN})
             async with client(viewer) as c:
                 refused = await c.post("/runs/ask-0/approve", data={"call_id": "b1"})
@@ -115,7 +126,8 @@ async def test_actions_need_a_token_and_a_runtime(tmp_path: Path) -> None:
                 assert ok.status_code == 200, ok.text
                 await wait_status(store, "ask-0", "finished")
                 done = await store.get("ask-0")
-                assert done is not None and done.result["termination"] == "answered"
+                assert done is not None
+                assert done.result["termination"] == "answered"
     finally:
         await store.aclose()
 
@@ -130,8 +142,10 @@ async def test_a_trace_and_redaction(tmp_path: Path) -> None:
         assert listing.count("<tr data-run=") == 1
         run_id = listing.split('<tr data-run="')[1].split('"')[0]
         page = (await c.get(f"/runs/{run_id}")).text
-        assert "secret question" not in page and "The sum is 5" not in page
-        assert "[redacted]" in page and "mentions_sum" in page
+        assert "secret question" not in page
+        assert "The sum is 5" not in page
+        assert "[redacted]" in page
+        assert "mentions_sum" in page
         stream = await c.get(f"/runs/{run_id}/stream")
         assert "event: end" in stream.text
     with pytest.raises(ValueError, match="one of"):

@@ -18,7 +18,7 @@ import tether
 from tether import web
 
 from .browser import ARTIFACTS, serve_asgi
-from .browser import page as page  # noqa: F401  (the fixture)
+from .browser import page as page
 from .viewer_agents import GATES, asker, fill, gated
 
 TOKEN = "s3cret-viewer-token"
@@ -126,10 +126,12 @@ def test_a_run_page_shows_every_round_tool_call_and_judgement(page: Any, served:
     assert page.locator("section.round").count() == 3  # setup, round 1, round 2
     tool = page.locator("li.ev.tool")
     assert tool.count() == 1
-    assert '"a": 2' in tool.inner_text() and "ok" in tool.inner_text()
+    assert '"a": 2' in tool.inner_text()
+    assert "ok" in tool.inner_text()
     judged = page.locator("li.ev.judged")
     assert "passed" in judged.inner_text()
-    assert "mentions_sum" in judged.inner_text() and "1.00" in judged.inner_text()
+    assert "mentions_sum" in judged.inner_text()
+    assert "1.00" in judged.inner_text()
     assert page.locator("li.ev.model").count() == 2
     assert page.locator(".waterfall").count() >= 2
     assert "The sum is 5." in page.get_by_role("main").inner_text()

@@ -23,7 +23,8 @@ def open_store(url: str) -> Any:
             from tether.postgres import PostgresRunStore
         except ImportError as exc:
             raise UsageError(
-                f"a PostgreSQL store needs the 'postgres' extra: pip install 'tether[postgres]' ({exc})"
+                "a PostgreSQL store needs the 'postgres' extra: "
+                f"pip install 'tether[postgres]' ({exc})"
             ) from None
         return PostgresRunStore(url)
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url

@@ -122,14 +122,13 @@ def app(
             f"tether.web.app(runtime=...) needs tokens= (or {TOKENS_ENV}) for its actions; "
             "pass read_only=True to serve without actions"
         )
-    viewer = _Viewer(
+    return _Viewer(
         source,
         runtime if acting else None,
         dict(tokens or {}),
         redact=redact,
         limits={k: dict(v) for k, v in (limits or {}).items()},
     )
-    return viewer
 
 
 class _Viewer:
@@ -266,11 +265,19 @@ class _Viewer:
                     seen, status = run.events, run.status
                     data = json.dumps({"events": seen, "status": status})
                     await send(
-                        {"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True}
+                        {
+                            "type": "http.response.body",
+                            "body": f"data: {data}\n\n".encode(),
+                            "more_body": True,
+                        }
                     )
                 if run.status == "finished" or not self.source.live:
                     await send(
-                        {"type": "http.response.body", "body": b"event: end\ndata: {}\n\n", "more_body": False}
+                        {
+                            "type": "http.response.body",
+                            "body": b"event: end\ndata: {}\n\n",
+                            "more_body": False,
+                        }
                     )
                     tg.cancel_scope.cancel()
                     return
@@ -285,7 +292,9 @@ class _Viewer:
         presented = given.strip() if scheme.lower() == "bearer" else ""
         presented = presented or form.get("token", "")
         if not presented:
-            raise _Refused(401, "missing bearer token", {"WWW-Authenticate": 'Bearer realm="tether"'})
+            raise _Refused(
+                401, "missing bearer token", {"WWW-Authenticate": 'Bearer realm="tether"'}
+            )
         found = False
         for token in self._tokens:  # every token compared: no early exit
             found |= hmac.compare_digest(token, presented.encode())
@@ -320,23 +329,27 @@ class _Viewer:
             raise _Refused(409, str(exc.args[0]) if exc.args else "not pending") from None
         except ValueError as exc:
             raise _Refused(409, str(exc)) from None
-        await _respond(send, 200, json.dumps({"ok": True, "action": verb}).encode(), "application/json")
+        await _respond(
+            send, 200, json.dumps({"ok": True, "action": verb}).encode(), "application/json"
+        )
 
 
 # ---------------------------------------------------------------- plumbing
 
 
 def _filters(scope: Scope) -> Filters:
-    query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items() if v[-1]}
+    query = {
+        k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items() if v[-1]
+    }
     status = query.get("status")
     order = query.get("order", "newest")
     return Filters(
         agent=query.get("agent"),
-        status=status,  # type: ignore[arg-type]  # checked by the listing
+        status=status,  # checked by the listing
         termination=query.get("termination"),
         since=_time(query.get("since"), "since"),
         until=_time(query.get("until"), "until"),
-        order=order,  # type: ignore[arg-type]
+        order=order,
         after=query.get("after"),
     )
 
@@ -370,7 +383,11 @@ async def _form(receive: Receive) -> dict[str, str]:
 
 
 async def _respond(
-    send: Send, status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: str,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
     more = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send(

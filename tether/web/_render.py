@@ -242,7 +242,7 @@ def run_header(view: View, run: StoredRun, limits: Mapping[str, float | None]) -
     if result.get("error"):
         output += f'<p class="error">Error: {e(result["error"])}</p>'
     return (
-        f"<h1>Run <code>{e(run.run_id)}</code></h1><dl class=\"facts\">{dl}</dl>"
+        f'<h1>Run <code>{e(run.run_id)}</code></h1><dl class="facts">{dl}</dl>'
         f'<h2>Input</h2><pre class="text">{e(inp)}</pre>{output}'
         f"{ceilings_html(run, usage, limits)}{actions_html(view, run)}"
     )
@@ -290,7 +290,7 @@ def actions_html(view: View, run: StoredRun) -> str:
         forms.append(
             f'<form class="action" method="post" action="{base}/approve" data-action>'
             f'<input type="hidden" name="call_id" value="{e(call_id)}">'
-            f'<fieldset><legend>Held call <code>{e(call_id)}</code></legend>'
+            f"<fieldset><legend>Held call <code>{e(call_id)}</code></legend>"
             f'<button type="submit" name="verdict" value="approve" '
             f'data-verb="approve">Approve</button>'
             f'<label for="why-{e(call_id)}">Reason (for a rejection)</label>'
@@ -300,7 +300,7 @@ def actions_html(view: View, run: StoredRun) -> str:
         )
     forms.append(
         f'<form class="action" method="post" action="{base}/cancel" data-action>'
-        '<fieldset><legend>Cancel the run</legend>'
+        "<fieldset><legend>Cancel the run</legend>"
         '<label for="cancel-why">Reason</label>'
         '<input id="cancel-why" name="reason" value="cancelled in the viewer">'
         '<button type="submit" class="danger" data-verb="cancel">Cancel run</button>'
@@ -441,7 +441,7 @@ def _waterfall(items: Sequence[Mapping[str, Any]]) -> str:
         rows.append(
             f'<li><span class="stage">{e(stage)}</span><span class="lane">'
             f'<span class="span st-{e(stage)}" style="left:{left:.1f}%;width:{width:.1f}%">'
-            f"</span></span><span class=\"dur\">{seconds(end - start)}</span></li>"
+            f'</span></span><span class="dur">{seconds(end - start)}</span></li>'
         )
     return f'<ul class="waterfall" aria-label="Stages of the round">{"".join(rows)}</ul>'
 
@@ -449,7 +449,7 @@ def _waterfall(items: Sequence[Mapping[str, Any]]) -> str:
 def _model_call(view: View, ev: Mapping[str, Any]) -> str:
     usage = ev.get("usage") or {}
     calls = "".join(
-        f'<li>Tool call <code>{e(c.get("name"))}</code> (<code>{e(c.get("id"))}</code>)'
+        f"<li>Tool call <code>{e(c.get('name'))}</code> (<code>{e(c.get('id'))}</code>)"
         f'<pre class="args">{e(_text(view, c.get("input")))}</pre></li>'
         for c in ev.get("tool_calls") or ()
     )
@@ -472,16 +472,14 @@ def _model_call(view: View, ev: Mapping[str, Any]) -> str:
     )
 
 
-def _tool_call(
-    view: View, start: Mapping[str, Any] | None, end: Mapping[str, Any]
-) -> str:
+def _tool_call(view: View, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> str:
     took = None if start is None else float(end.get("at", 0)) - float(start.get("at", 0))
     outcome = str(end.get("outcome"))
     args = "" if start is None else _text(view, start.get("arguments"))
     label = "Error" if end.get("is_error") else "Result"
     return (
         f'<li class="ev tool o-{e(outcome)}" data-call="{e(end.get("call_id"))}">'
-        f'<details open><summary>Tool <code>{e(end.get("name"))}</code> '
+        f"<details open><summary>Tool <code>{e(end.get('name'))}</code> "
         f"(<code>{e(end.get('call_id'))}</code>): <strong>{e(outcome)}</strong>, "
         f"{e(end.get('attempts'))} attempt(s), {seconds(took)}</summary>"
         f'<h4>Arguments</h4><pre class="args">{e(args)}</pre>'
@@ -494,7 +492,7 @@ def _judged(ev: Mapping[str, Any]) -> str:
     scores = ev.get("scores") or {}
     feedback = ev.get("feedback") or {}
     rows = "".join(
-        f"<tr><th scope=\"row\">{e(name)}</th><td class=\"n\">{float(score):.2f}</td>"
+        f'<tr><th scope="row">{e(name)}</th><td class="n">{float(score):.2f}</td>'
         f"<td>{e(feedback.get(name, ''))}</td></tr>"
         for name, score in scores.items()
     )
@@ -523,18 +521,20 @@ def messages_html(view: View, run: StoredRun) -> str:
                 parts.append(f'<pre class="text">{e(_text(view, block.get("text")))}</pre>')
             elif kind == "tool_use":
                 parts.append(
-                    f'<p>Tool call <code>{e(block.get("name"))}</code></p>'
+                    f"<p>Tool call <code>{e(block.get('name'))}</code></p>"
                     f'<pre class="args">{e(_text(view, block.get("input")))}</pre>'
                 )
             elif kind == "tool_result":
                 parts.append(
-                    f'<p>Result of <code>{e(block.get("tool_use_id"))}</code></p>'
+                    f"<p>Result of <code>{e(block.get('tool_use_id'))}</code></p>"
                     f'<pre class="text">{e(_text(view, block.get("content")))}</pre>'
                 )
             else:
                 parts.append(f'<pre class="args">{e(_text(view, block))}</pre>')
-        items.append(f'<li class="msg r-{e(message.get("role"))}"><h4>{e(message.get("role"))}</h4>'
-                     f'{"".join(parts)}</li>')
+        items.append(
+            f'<li class="msg r-{e(message.get("role"))}"><h4>{e(message.get("role"))}</h4>'
+            f"{''.join(parts)}</li>"
+        )
     return (
         '<section aria-labelledby="msg-h"><details><summary><h2 id="msg-h">Messages sent</h2>'
         f'</summary><ol class="messages">{"".join(items)}</ol></details></section>'

@@ -5,6 +5,7 @@ run's record, and its events from a ``seq`` on."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,7 +83,7 @@ class TraceSource:
 
     live = False
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(f"no trace file at {str(self.path)!r}")
