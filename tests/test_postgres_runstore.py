@@ -237,6 +237,9 @@ async def test_events_keep_any_json_exactly(
         run = await store.get("r1")
         assert run is not None
         assert (run.checkpoint, run.result) == ({"x": "\x00"}, {"output": "\x00🐍"})
+        # The listing reads such a row too (what PostgreSQL's json cannot read is unknown).
+        (listed,) = (await store.list_runs()).runs
+        assert (listed.run_id, listed.status) == ("r1", "finished")
     finally:
         await store.aclose()
 

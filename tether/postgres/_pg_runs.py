@@ -59,26 +59,20 @@ from tether.runtime import (
     Control,
     LeaseLost,
     NewRun,
-    Order,
-    RunPage,
-    RunStatus,
     RunStoreError,
     RunStoreUnavailable,
-    RunSummary,
     StoredRun,
     ToolRecord,
-    check_listing,
     encode_json,
-    listing_sql,
-    page_of,
     renewal_epochs,
     run_of_row,
-    summary_of_row,
     tool_record_of_row,
 )
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 from ._pg_listen import Listener, ListenerSlot
+from ._pg_listing import RUNS_V3 as _RUNS_V3
+from ._pg_listing import PostgresRunListing
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -136,33 +130,6 @@ _RUNS_V1 = (
 
 _RUNS_V2 = ("ALTER TABLE {schema}.runs ADD COLUMN epoch integer NOT NULL DEFAULT 0",)
 
-#: A finished run's termination, as the listing filters on it (and indexes it).
-_TERMINATION = "{schema}.tether_json_at(result, 'termination')"
-
-_RUNS_V3 = (
-    # A JSON path of a text column, NULL where PostgreSQL cannot read it: a value with
-    # \u0000 (which the stores keep, as text) makes json's operators raise, and the
-    # listing must neither fail on such a run nor refuse its write through the index.
-    "CREATE FUNCTION {schema}.tether_json_at(doc text, VARIADIC path text[]) RETURNS text "
-    "LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $f$ BEGIN RETURN doc::json #>> path; "
-    "EXCEPTION WHEN others THEN RETURN NULL; END $f$",
-    "CREATE INDEX runs_listed ON {schema}.runs (created_at, run_id)",
-    "CREATE INDEX runs_by_agent ON {schema}.runs (agent, created_at, run_id)",
-    "CREATE INDEX runs_by_status ON {schema}.runs (status, created_at, run_id)",
-    f"CREATE INDEX runs_by_termination ON {{schema}}.runs ({_TERMINATION}, created_at, run_id)",
-)
-
-#: The listing's row (:func:`tether.runtime.summary_of_row`): counts from the result,
-#: else the checkpoint, read on the server so that the messages are never sent.
-_SUMMARY = (
-    "run_id, agent, status, parent_run_id, created_at, updated_at, events, "
-    f"{_TERMINATION}, "
-    + ", ".join(
-        f"{{schema}}.tether_json_at(COALESCE(result, checkpoint), 'usage', '{key}')"
-        for key in ("steps", "input_tokens", "output_tokens", "cost_usd", "unpriced")
-    )
-)
-
 #: The server's clock, in seconds since the epoch: every lease is on it.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
@@ -218,7 +185,7 @@ def _refuse(
     raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
 
 
-class PostgresRunStore(PostgresDatabase):
+class PostgresRunStore(PostgresRunListing):
     """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
 
     ``PostgresRunStore(dsn, schema="tether")``; see the module docstring for
@@ -233,11 +200,7 @@ class PostgresRunStore(PostgresDatabase):
     transient_error = RunStoreUnavailable
     component = "runs"
     schema_version = RUNS_SCHEMA_VERSION
-    migrations: ClassVar[Mapping[int, Sequence[str]]] = {
-        0: _RUNS_V1,
-        1: _RUNS_V2,
-        2: _RUNS_V3,
-    }
+    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1, 1: _RUNS_V2, 2: _RUNS_V3}
     tables = frozenset({"runs", "run_events", "run_tools"})
 
     def __init__(
@@ -684,41 +647,6 @@ class PostgresRunStore(PostgresDatabase):
             ]
 
         return [json.loads(text) for text in await self._run(job)]
-
-    async def list_runs(
-        self,
-        *,
-        agent: str | None = None,
-        status: RunStatus | None = None,
-        termination: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        order: Order = "newest",
-        after: str | None = None,
-        limit: int = 50,
-    ) -> RunPage:
-        """See :meth:`tether.runtime.ListableRunStore.list_runs`."""
-        cursor = check_listing(status=status, order=order, limit=limit, after=after)
-        tail, args = listing_sql(
-            placeholder="%s",
-            termination_expr=_TERMINATION,
-            agent=agent,
-            status=status,
-            termination=termination,
-            since=since,
-            until=until,
-            order=order,
-            cursor=cursor,
-            limit=limit,
-        )
-        query = sql.SQL(f"SELECT {_SUMMARY} FROM {{runs}}{tail}").format(
-            runs=self._runs, schema=sql.Identifier(self.schema)
-        )
-
-        def job(conn: _Conn) -> list[RunSummary]:
-            return [summary_of_row(row) for row in conn.execute(query, args).fetchall()]
-
-        return page_of(await self._run(job), limit)
 
     async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
         def news(conn: _Conn) -> bool:
