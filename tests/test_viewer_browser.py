@@ -93,7 +93,7 @@ def use_token(page: Any) -> None:
     page.get_by_role("status").get_by_text("Token set.").wait_for()
 
 
-def test_the_list_shows_the_runs_and_its_filters_work(page: Any, served: str) -> None:
+def test_the_list_shows_the_runs_and_its_filters_work(served: str, page: Any) -> None:
     """Every stored run is listed with its columns; agent, status and termination filter."""
     page.goto(served + "/")
     rows = page.locator("table.runs tbody tr")
@@ -120,7 +120,7 @@ def test_the_list_shows_the_runs_and_its_filters_work(page: Any, served: str) ->
     page.wait_for_url("**/runs/calc-0")
 
 
-def test_a_run_page_shows_every_round_tool_call_and_judgement(page: Any, served: str) -> None:
+def test_a_run_page_shows_every_round_tool_call_and_judgement(served: str, page: Any) -> None:
     """Rounds, the model responses, the tool call with arguments and result, the judgement."""
     page.goto(served + "/runs/calc-0")
     assert page.locator("section.round").count() == 3  # setup, round 1, round 2
@@ -142,7 +142,7 @@ def test_a_run_page_shows_every_round_tool_call_and_judgement(page: Any, served:
     assert "max_steps" in page.locator("li.ev.finish").inner_text()
 
 
-def test_an_action_without_a_token_is_refused(page: Any, served: str) -> None:
+def test_an_action_without_a_token_is_refused(served: str, page: Any) -> None:
     """Approve with no token: 401 said on the page, and the run stays parked."""
     page.goto(served + "/runs/ask-0")
     page.get_by_role("button", name="Approve").click()
@@ -151,7 +151,7 @@ def test_an_action_without_a_token_is_refused(page: Any, served: str) -> None:
     assert page.locator("#run-status").inner_text() == "parked"
 
 
-def test_approving_a_parked_call_resumes_the_run_to_answered(page: Any, served: str) -> None:
+def test_approving_a_parked_call_resumes_the_run_to_answered(served: str, page: Any) -> None:
     """Approve from the page: the run resumes and ends answered, shown without a reload."""
     page.goto(served + "/runs/ask-0")
     use_token(page)
@@ -168,10 +168,11 @@ def test_a_live_run_updates_without_a_reload(page: Any, store_copy: Path) -> Non
     GATES.pop("live-gate", None)
     with serve_asgi(Hosted(store_copy, {"live-1": "live-gate"})) as url:
         page.goto(url + "/runs/live-1")
-        # The store has the run's events up to its last round boundary (its tool call
-        # is held at the gate): the page follows it.
+        # The Runtime serving the page runs it: the page shows its round in flight
+        # (the store has it only from the round's end), its tool call held at the gate.
         assert page.locator("#run").get_attribute("data-live")
         assert page.locator("#run-status").inner_text() == "running"
+        page.locator("li.ev.tool.running").wait_for(timeout=20_000)
         page.evaluate("window.notReloaded = true")
         GATES["live-gate"].set()
         page.locator("li.ev.finish").get_by_text("answered").wait_for(timeout=20_000)
@@ -192,7 +193,7 @@ def test_cancel_from_the_page_ends_the_run_cancelled(page: Any, store_copy: Path
         assert "enough of that" in page.locator("li.ev.finish").inner_text()
 
 
-def test_the_run_page_works_on_a_phone(page: Any, served: str) -> None:
+def test_the_run_page_works_on_a_phone(served: str, page: Any) -> None:
     """At 390 px wide nothing of the run page scrolls sideways."""
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(served + "/runs/calc-0")

@@ -32,11 +32,13 @@ import anyio
 from tether.runtime import (
     ListableRunStore,
     RunNotFound,
+    Runtime,
     RuntimeLike,
+    StoredRun,
 )
 
 from ._render import View, list_page, run_header, run_page, timeline_html
-from ._source import Filters, Source, StoreSource, TraceSource
+from ._source import Filters, LiveSource, Source, StoreSource, TraceSource
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -47,6 +49,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 TOKENS_ENV = "TETHER_API_TOKENS"
 #: How long the stream waits for news before it looks again (seconds).
 STREAM_WAIT_S = 1.0
+#: How long one stream lasts at most (seconds): then it ends, and the browser's
+#: EventSource reconnects. A server shutting down waits for no stream longer than this.
+STREAM_MAX_S = 300.0
 
 _STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 
@@ -108,7 +113,8 @@ def app(
                 "tether.web.app(store=...) needs a run store that can list its runs "
                 f"(tether.runtime.ListableRunStore), got {store!r}"
             )
-        source = StoreSource(store)
+        acting_runtime = runtime if isinstance(runtime, Runtime) else None
+        source = StoreSource(store) if acting_runtime is None else LiveSource(store, acting_runtime)
     else:
         assert trace is not None
         source = TraceSource(trace)
@@ -207,7 +213,7 @@ class _Viewer:
         html = list_page(self.view(scope), runs, filters, agents)
         await _respond(send, 200, html.encode(), "text/html; charset=utf-8")
 
-    async def _found(self, run_id: str) -> Any:
+    async def _found(self, run_id: str) -> StoredRun:
         run = await self.source.run(run_id)
         if run is None:
             raise _Refused(404, f"no run {run_id!r}")
@@ -259,30 +265,26 @@ class _Viewer:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(until_gone)
-            seen, status = -1, None
-            while True:
-                if run.events != seen or run.status != status:
-                    seen, status = run.events, run.status
-                    data = json.dumps({"events": seen, "status": status})
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": f"data: {data}\n\n".encode(),
-                            "more_body": True,
-                        }
-                    )
-                if run.status == "finished" or not self.source.live:
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": b"event: end\ndata: {}\n\n",
-                            "more_body": False,
-                        }
-                    )
-                    tg.cancel_scope.cancel()
-                    return
-                await self.source.wait(run_id, seen, STREAM_WAIT_S)
-                run = await self._found(run_id)
+            with anyio.move_on_after(STREAM_MAX_S):
+                await self._follow(send, run)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tg.cancel_scope.cancel()
+
+    async def _follow(self, send: Send, run: StoredRun) -> None:
+        """Send the run's news until it finishes (then ``event: end``)."""
+        sent: tuple[int, str] | None = None
+        seen = 0
+        while True:
+            news = await self.source.news(run, seen)
+            if news != sent:
+                sent, seen = news, news[0]
+                data = json.dumps({"events": news[0], "status": news[1]})
+                await _chunk(send, f"data: {data}\n\n".encode())
+            if run.status == "finished" or not self.source.live:
+                await _chunk(send, b"event: end\ndata: {}\n\n")
+                return
+            await self.source.wait(run.run_id, seen, STREAM_WAIT_S)
+            run = await self._found(run.run_id)
 
     # ---------------------------------------------------------------- actions
 
@@ -405,6 +407,10 @@ async def _respond(
     await send({"type": "http.response.body", "body": body})
 
 
+async def _chunk(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
 async def _static(name: str, send: Send) -> None:
     if name not in _STATIC:
         raise _Refused(404, "not found")
@@ -422,4 +428,4 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-__all__ = ["STREAM_WAIT_S", "TOKENS_ENV", "app", "parse_tokens"]
+__all__ = ["STREAM_MAX_S", "STREAM_WAIT_S", "TOKENS_ENV", "app", "parse_tokens"]

@@ -20,7 +20,9 @@ from tether.runtime import (
     RunPage,
     RunStatus,
     RunSummary,
+    Runtime,
     StoredRun,
+    TrailReader,
     check_listing,
     page_of,
     summary_of,
@@ -43,6 +45,8 @@ class Filters:
 
 class Source(Protocol):
     live: bool
+
+    async def news(self, run: StoredRun, seen: int) -> tuple[int, str]: ...
 
     async def page(self, filters: Filters) -> RunPage: ...
 
@@ -72,6 +76,63 @@ class StoreSource:
 
     async def wait(self, run_id: str, seen: int, timeout_s: float) -> None:
         await self.store.wait(run_id, seen=seen, timeout_s=timeout_s)
+
+    async def news(self, run: StoredRun, seen: int) -> tuple[int, str]:
+        """How many events the run has now, and its status."""
+        await anyio.lowlevel.checkpoint()
+        return run.events, run.status
+
+
+class LiveSource(StoreSource):
+    """A store and the Runtime that runs some of its runs: a run in flight there is
+    read from its trail in memory, which has every event at once (the store has them
+    as of the last round boundary); any other from the store."""
+
+    def __init__(self, store: ListableRunStore, runtime: Runtime) -> None:
+        super().__init__(store)
+        self.runtime = runtime
+
+    def _trail(self, run_id: str, start: int) -> TrailReader | None:
+        handle = self.runtime.in_flight(run_id)
+        return None if handle is None else handle.reader("events", start=start)
+
+    async def events(self, run_id: str, start: int = 0) -> list[Any]:
+        stored = await super().events(run_id, start)
+        reader = self._trail(run_id, start)
+        if reader is None:
+            return stored
+        try:
+            by_seq = {int(e["seq"]): e for e in stored}
+            while batch := reader.drain():
+                by_seq.update((int(e["seq"]), e) for e in batch)
+        finally:
+            reader.close()
+        return [by_seq[seq] for seq in sorted(by_seq)]
+
+    async def news(self, run: StoredRun, seen: int) -> tuple[int, str]:
+        reader = self._trail(run.run_id, max(seen, 0))
+        if reader is None:
+            return await super().news(run, seen)
+        try:
+            count = max(seen, 0)
+            while batch := reader.drain():
+                count += len(batch)
+        finally:
+            reader.close()
+        await anyio.lowlevel.checkpoint()
+        return max(count, run.events), run.status
+
+    async def wait(self, run_id: str, seen: int, timeout_s: float) -> None:
+        reader = self._trail(run_id, max(seen, 0))
+        if reader is None:
+            await super().wait(run_id, seen, timeout_s)
+            return
+        try:
+            with anyio.move_on_after(timeout_s):
+                if not reader.drain() and not reader.finished:
+                    await reader.wait_change()
+        finally:
+            reader.close()
 
 
 class TraceSource:
@@ -194,6 +255,10 @@ class TraceSource:
     async def wait(self, run_id: str, seen: int, timeout_s: float) -> None:
         await anyio.sleep(timeout_s)  # a trace does not grow while it is served
 
+    async def news(self, run: StoredRun, seen: int) -> tuple[int, str]:
+        await anyio.lowlevel.checkpoint()
+        return run.events, run.status
+
 
 def usage_of(run: StoredRun) -> Mapping[str, Any]:
     """The run's usage: the result's once finished, else the last checkpoint's."""
@@ -202,4 +267,4 @@ def usage_of(run: StoredRun) -> Mapping[str, Any]:
     return usage if isinstance(usage, dict) else {}
 
 
-__all__ = ["Filters", "Source", "StoreSource", "TraceSource", "usage_of"]
+__all__ = ["Filters", "LiveSource", "Source", "StoreSource", "TraceSource", "usage_of"]
