@@ -177,3 +177,53 @@ async def test_cancelling_the_stream_leaves_nothing(tmp_path: Path) -> None:
         await viewer(scope, receive, send)  # parked: would follow forever, ends on disconnect
     assert json.loads(sent[1]["body"].decode().removeprefix("data: "))["status"] == "parked"
     await store.aclose()
+
+
+def test_serve_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tether serve: neither or both sources is a usage error; a missing file a data error."""
+    from tether.cli._main import main
+
+    assert main(["serve"]) == 64
+    assert main(["serve", "--store", "a.db", "--trace", "b.jsonl"]) == 64
+    assert main(["serve", "--store", str(tmp_path / "missing.db")]) == 65
+    assert main(["serve", "--trace", str(tmp_path / "missing.jsonl")]) == 65
+    assert main(["serve", "--store", "mysql://nope"]) == 64
+    assert "no run store file" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a subprocess's start: about 6 s on a shared machine
+def test_serve_serves_a_store_on_loopback(tmp_path: Path) -> None:
+    """tether serve --store: the list over HTTP on 127.0.0.1, read-only."""
+    pytest.importorskip("uvicorn", reason="the web extra is not installed")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "runs.db"
+    anyio.run(fill, path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "tether", "serve", "--store", f"sqlite:///{path}"]
+    server = subprocess.Popen([*command, "--port", str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "tether serve did not start"
+                time.sleep(0.05)
+        assert answer.status_code == 200
+        assert answer.text.count("<tr data-run=") == 5
+        assert 'id="token"' not in answer.text  # read-only: no token field, no actions
+        act = httpx.post(f"http://127.0.0.1:{port}/runs/ask-0/cancel", timeout=2)
+        assert act.status_code == 409
+    finally:
+        server.terminate()
+        server.wait(10)
+        if server.stderr:
+            server.stderr.close()
