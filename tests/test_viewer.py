@@ -61,6 +61,22 @@ async def test_list_filters_and_run_page(tmp_path: Path) -> None:
         await store.aclose()
 
 
+async def test_ceilings_are_drawn_against_the_limits(tmp_path: Path) -> None:
+    """With limits= for the agent, the run's usage is drawn against each as a bar."""
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    try:
+        limits = {"looper": {"max_steps": 2, "max_tool_calls": 10, "max_cost_usd": None}}
+        async with client(web.app(store=store, limits=limits)) as c:
+            page = (await c.get("/runs/loop-0")).text
+        assert page.count("<meter") == 2
+        assert 'aria-label="steps: 2 of 2"' in page
+        assert "Ceiling" in page or "max_steps" in page
+    finally:
+        await store.aclose()
+
+
 async def test_pages_follow_the_cursor(tmp_path: Path) -> None:
     """Past the first page, 'Next page' carries a keyset cursor and no run repeats."""
     store = MemoryRunStore()

@@ -173,6 +173,8 @@ def test_a_live_run_updates_without_a_reload(page: Any, store_copy: Path) -> Non
         assert page.locator("#run").get_attribute("data-live")
         assert page.locator("#run-status").inner_text() == "running"
         page.locator("li.ev.tool.running").wait_for(timeout=20_000)
+        # Its agent's limits come from the Runtime that runs it: usage drawn as bars.
+        assert page.get_by_role("meter", name="steps: 1 of 10").count() == 1
         page.evaluate("window.notReloaded = true")
         GATES["live-gate"].set()
         page.locator("li.ev.finish").get_by_text("answered").wait_for(timeout=20_000)

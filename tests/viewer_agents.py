@@ -52,7 +52,8 @@ def _sum(request: ModelRequest, ctx: ProviderContext) -> Reply:
     results = _results(request)
     if not results:
         return Reply(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 3}, id="t-add")])
-    return Reply(text=f"The sum is {results[-1].content}.")
+    thought = tether.Reasoning(text="The tool says 5; say so.")
+    return Reply(text=f"The sum is {results[-1].content}.", reasoning=[thought])
 
 
 def _loop(request: ModelRequest, ctx: ProviderContext) -> Reply:
@@ -132,9 +133,9 @@ async def wait_status(store: tether.RunStore, run_id: str, status: str) -> None:
             await anyio.sleep(0.02)
 
 
-async def fill(path: Path) -> None:
+async def fill(path: Path | tether.RunStore) -> None:
     """Three calc runs (answered, judged), one looper (max_steps), one parked asker."""
-    store = tether.SQLiteRunStore(path)
+    store = tether.SQLiteRunStore(path) if isinstance(path, Path) else path
     async with tether.Runtime(store=store, agents=[calc(), looper(), asker()]) as rt:
         for i in range(3):
             await rt.run(calc(), f"add 2 and 3 (#{i})", run_id=f"calc-{i}")

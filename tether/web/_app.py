@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import anyio
+import attrs
 
 from tether.runtime import (
     ListableRunStore,
@@ -213,6 +214,23 @@ class _Viewer:
         html = list_page(self.view(scope), runs, filters, agents)
         await _respond(send, 200, html.encode(), "text/html; charset=utf-8")
 
+    def _limits(self, run: StoredRun) -> Mapping[str, float | None]:
+        """The ceilings to draw the run's usage against: ``limits=``' for its agent, else
+        its agent's own when the serving Runtime runs it."""
+        given = self.limits.get(run.agent)
+        if given is not None:
+            return given
+        runtime = self.runtime
+        handle = runtime.in_flight(run.run_id) if isinstance(runtime, Runtime) else None
+        if handle is None:
+            return {}
+        limits = handle.agent.limits
+        return {
+            field.name: getattr(limits, field.name)
+            for field in attrs.fields(type(limits))
+            if field.name.startswith("max_")
+        }
+
     async def _found(self, run_id: str) -> StoredRun:
         run = await self.source.run(run_id)
         if run is None:
@@ -226,7 +244,7 @@ class _Viewer:
             self.view(scope),
             run,
             events,
-            self.limits.get(run.agent, {}),
+            self._limits(run),
             live=self.source.live,
         )
         await _respond(send, 200, html.encode(), "text/html; charset=utf-8")
@@ -237,7 +255,7 @@ class _Viewer:
         view = self.view(scope)
         body = json.dumps(
             {
-                "head": run_header(view, run, self.limits.get(run.agent, {})),
+                "head": run_header(view, run, self._limits(run)),
                 "timeline": timeline_html(view, run, events),
                 "events": len(events),
                 "status": run.status,

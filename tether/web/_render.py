@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -317,17 +317,57 @@ def _text(view: View, value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=repr)
 
 
+def transcript(run: StoredRun) -> list[Mapping[str, Any]]:
+    """The run's messages as the store has them: the result's, else the last checkpoint's,
+    else the ones it started from."""
+    result = run.result if isinstance(run.result, dict) else {}
+    checkpoint = run.checkpoint if isinstance(run.checkpoint, dict) else {}
+    messages = result.get("messages") or checkpoint.get("messages") or run.messages or []
+    return [m for m in messages if isinstance(m, dict)]
+
+
+@attrs.frozen
+class CallMessages:
+    """A model call's part of the transcript: the messages added since the previous
+    response (what this call sent that the one before had not) and its response as kept
+    (``None``: in flight, or not kept)."""
+
+    sent: list[Mapping[str, Any]]
+    response: Mapping[str, Any] | None
+
+
+def calls_of(messages: Sequence[Mapping[str, Any]]) -> list[CallMessages]:
+    """The k-th model response of the run is the k-th assistant message: the messages
+    before it and after the previous one are what the k-th call sent anew."""
+    calls: list[CallMessages] = []
+    sent: list[Mapping[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            calls.append(CallMessages(sent, message))
+            sent = []
+        else:
+            sent.append(message)
+    calls.append(CallMessages(sent, None))
+    return calls
+
+
 def timeline_html(view: View, run: StoredRun, events: Sequence[Mapping[str, Any]]) -> str:
     rounds: dict[int, list[Mapping[str, Any]]] = {}
     for event in events:
         rounds.setdefault(int(event.get("round", 0)), []).append(event)
+    sent = iter(calls_of(transcript(run)))
     parts = []
     for number, items in sorted(rounds.items()):
-        parts.append(_round(view, number, items))
+        parts.append(_round(view, number, items, sent))
     return "".join(parts) or '<p class="empty">No events yet.</p>'
 
 
-def _round(view: View, number: int, items: Sequence[Mapping[str, Any]]) -> str:
+def _round(
+    view: View,
+    number: int,
+    items: Sequence[Mapping[str, Any]],
+    sent: Iterator[CallMessages],
+) -> str:
     body: list[str] = []
     starts: dict[str, Mapping[str, Any]] = {}
     for ev in items:
@@ -354,7 +394,7 @@ def _round(view: View, number: int, items: Sequence[Mapping[str, Any]]) -> str:
                 f" ({e(ev.get('source'))})</li>"
             )
         elif kind == "ModelCallFinished":
-            body.append(_model_call(view, ev))
+            body.append(_model_call(view, ev, next(sent, CallMessages([], None))))
         elif kind == "ToolCallStarted":
             starts[str(ev.get("call_id"))] = ev
         elif kind == "ToolCallFinished":
@@ -446,23 +486,36 @@ def _waterfall(items: Sequence[Mapping[str, Any]]) -> str:
     return f'<ul class="waterfall" aria-label="Stages of the round">{"".join(rows)}</ul>'
 
 
-def _model_call(view: View, ev: Mapping[str, Any]) -> str:
+def _model_call(view: View, ev: Mapping[str, Any], call: CallMessages) -> str:
     usage = ev.get("usage") or {}
     calls = "".join(
         f"<li>Tool call <code>{e(c.get('name'))}</code> (<code>{e(c.get('id'))}</code>)"
         f'<pre class="args">{e(_text(view, c.get("input")))}</pre></li>'
         for c in ev.get("tool_calls") or ()
     )
-    reasoning = ev.get("reasoning")
-    think = (
-        f'<details><summary>Reasoning</summary><pre class="text">{e(_text(view, reasoning))}</pre>'
-        "</details>"
-        if reasoning
-        else ""
+    blocks = (call.response or {}).get("content") or ()
+    thoughts = [b for b in blocks if isinstance(b, dict) and b.get("type") == "reasoning"]
+    think = "".join(
+        "<details><summary>Reasoning</summary>"
+        + (
+            '<p class="muted">(redacted by the vendor)</p>'
+            if b.get("redacted")
+            else f'<pre class="text">{e(_text(view, b.get("text", "")))}</pre>'
+        )
+        + "</details>"
+        for b in thoughts
     )
+    sent = call.sent
     text = ev.get("text") or ""
+    request = ""
+    if sent:
+        request = (
+            f"<details><summary>Messages sent (new since the previous call: {len(sent)})"
+            f'</summary><ol class="messages">{"".join(_message(view, m) for m in sent)}'
+            "</ol></details>"
+        )
     return (
-        '<li class="ev model"><details open><summary>Model response '
+        '<li class="ev model">' + request + "<details open><summary>Model response "
         f"({e(ev.get('model') or 'model')}, stop {e(ev.get('stop_reason'))}, "
         f"{count(usage.get('input_tokens'))} in / {count(usage.get('output_tokens'))} out)"
         f"</summary>{think}"
@@ -506,38 +559,40 @@ def _judged(ev: Mapping[str, Any]) -> str:
     )
 
 
+def _message(view: View, message: Mapping[str, Any]) -> str:
+    parts = []
+    for block in message.get("content") or ():
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(f'<pre class="text">{e(_text(view, block.get("text")))}</pre>')
+        elif kind == "tool_use":
+            parts.append(
+                f"<p>Tool call <code>{e(block.get('name'))}</code></p>"
+                f'<pre class="args">{e(_text(view, block.get("input")))}</pre>'
+            )
+        elif kind == "tool_result":
+            parts.append(
+                f"<p>Result of <code>{e(block.get('tool_use_id'))}</code></p>"
+                f'<pre class="text">{e(_text(view, block.get("content")))}</pre>'
+            )
+        elif kind == "reasoning":
+            parts.append(
+                f'<p>Reasoning</p><pre class="text">{e(_text(view, block.get("text")))}</pre>'
+            )
+        else:
+            parts.append(f'<pre class="args">{e(_text(view, block))}</pre>')
+    role = message.get("role")
+    return f'<li class="msg r-{e(role)}"><h4>{e(role)}</h4>{"".join(parts)}</li>'
+
+
 def messages_html(view: View, run: StoredRun) -> str:
-    result = run.result if isinstance(run.result, dict) else {}
-    checkpoint = run.checkpoint if isinstance(run.checkpoint, dict) else {}
-    messages = result.get("messages") or checkpoint.get("messages") or run.messages
+    messages = transcript(run)
     if not messages:
         return ""
-    items = []
-    for message in messages:
-        parts = []
-        for block in message.get("content") or ():
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(f'<pre class="text">{e(_text(view, block.get("text")))}</pre>')
-            elif kind == "tool_use":
-                parts.append(
-                    f"<p>Tool call <code>{e(block.get('name'))}</code></p>"
-                    f'<pre class="args">{e(_text(view, block.get("input")))}</pre>'
-                )
-            elif kind == "tool_result":
-                parts.append(
-                    f"<p>Result of <code>{e(block.get('tool_use_id'))}</code></p>"
-                    f'<pre class="text">{e(_text(view, block.get("content")))}</pre>'
-                )
-            else:
-                parts.append(f'<pre class="args">{e(_text(view, block))}</pre>')
-        items.append(
-            f'<li class="msg r-{e(message.get("role"))}"><h4>{e(message.get("role"))}</h4>'
-            f"{''.join(parts)}</li>"
-        )
+    items = "".join(_message(view, m) for m in messages)
     return (
-        '<section aria-labelledby="msg-h"><details><summary><h2 id="msg-h">Messages sent</h2>'
-        f'</summary><ol class="messages">{"".join(items)}</ol></details></section>'
+        '<section aria-labelledby="msg-h"><details><summary><h2 id="msg-h">Messages</h2>'
+        f'</summary><ol class="messages">{items}</ol></details></section>'
     )
 
 
