@@ -153,6 +153,8 @@ class _Viewer:
         self._tokens = [t.encode() for t in tokens.values()]
         self.redact = redact
         self.limits = limits
+        #: The limits of the agents whose runs were seen in flight in ``runtime``.
+        self._agent_limits: dict[str, dict[str, float | None]] = {}
 
     def view(self, scope: Scope) -> View:
         return View(
@@ -222,14 +224,14 @@ class _Viewer:
             return given
         runtime = self.runtime
         handle = runtime.in_flight(run.run_id) if isinstance(runtime, Runtime) else None
-        if handle is None:
-            return {}
-        limits = handle.agent.limits
-        return {
-            field.name: getattr(limits, field.name)
-            for field in attrs.fields(type(limits))
-            if field.name.startswith("max_")
-        }
+        if handle is not None:  # kept for the agent's runs no longer in flight here
+            limits = handle.agent.limits
+            self._agent_limits[run.agent] = {
+                field.name: getattr(limits, field.name)
+                for field in attrs.fields(type(limits))
+                if field.name.startswith("max_")
+            }
+        return self._agent_limits.get(run.agent, {})
 
     async def _found(self, run_id: str) -> StoredRun:
         run = await self.source.run(run_id)
@@ -255,7 +257,7 @@ class _Viewer:
         view = self.view(scope)
         body = json.dumps(
             {
-                "head": run_header(view, run, self._limits(run)),
+                "head": run_header(view, run, self._limits(run), events),
                 "timeline": timeline_html(view, run, events),
                 "events": len(events),
                 "status": run.status,

@@ -190,7 +190,7 @@ def run_page(
     *,
     live: bool,
 ) -> str:
-    header = run_header(view, run, limits)
+    header = run_header(view, run, limits, events)
     timeline = timeline_html(view, run, events)
     attrs_live = (
         f' data-live="{view.root}/runs/{quote(run.run_id, safe="")}/stream"'
@@ -209,8 +209,42 @@ def run_page(
     return page(view, f"{run.run_id} · {view.title}", body)
 
 
-def run_header(view: View, run: StoredRun, limits: Mapping[str, float | None]) -> str:
+def events_usage(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A run's usage so far, counted from its events: what a run in flight has spent,
+    ahead of its last checkpoint (charges, rounds with a model response, tool calls)."""
+    input_tokens = output_tokens = tool_calls = 0
+    cost: float | None = 0.0
+    rounds: set[int] = set()
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "UsageCharged":
+            input_tokens += int(ev.get("input_tokens") or 0)
+            output_tokens += int(ev.get("output_tokens") or 0)
+            charge = ev.get("cost_usd")
+            cost = None if cost is None or charge is None else cost + float(charge)
+        elif kind == "ModelCallFinished":
+            rounds.add(int(ev.get("round", 0)))
+        elif kind == "ToolCallFinished":
+            tool_calls += 1
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost,
+        "unpriced": cost is None,
+        "steps": len(rounds),
+        "tool_calls": tool_calls,
+    }
+
+
+def run_header(
+    view: View,
+    run: StoredRun,
+    limits: Mapping[str, float | None],
+    events: Sequence[Mapping[str, Any]] = (),
+) -> str:
     usage = usage_of(run)
+    if run.status != "finished" and events:
+        usage = {**usage, **events_usage(events)}
     result = run.result if isinstance(run.result, dict) else {}
     termination = result.get("termination")
     tokens = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
