@@ -124,16 +124,22 @@ def list_page(view: View, runs: RunPage, filters: Filters, agents: Sequence[str]
     other = "oldest" if f.order == "newest" else "newest"
     sort_link = _query(view, f, order=other, after=None)
     arrow = "↓" if f.order == "newest" else "↑"
+    started = "descending" if f.order == "newest" else "ascending"
     table = (
         '<div class="scroll"><table class="runs"><caption>Runs'
-        f' <span class="muted">({len(runs.runs)} shown)</span></caption><thead><tr>'
-        '<th scope="col">Run</th><th scope="col">Agent</th><th scope="col">Status</th>'
-        '<th scope="col">Termination</th><th scope="col" class="n">Rounds</th>'
-        '<th scope="col" class="n">Tokens</th><th scope="col" class="n">Cost</th>'
-        f'<th scope="col" aria-sort="{"descending" if f.order == "newest" else "ascending"}">'
-        f'<a href="{sort_link}">Started {arrow}</a></th>'
-        '<th scope="col" class="n">Duration</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table></div>"
+        f' <span class="muted">({len(runs.runs)} shown; the column buttons sort this page)'
+        "</span></caption><thead><tr>"
+        + _sortable("Run", "run")
+        + _sortable("Agent", "agent")
+        + _sortable("Status", "status")
+        + _sortable("Termination", "termination")
+        + _sortable("Rounds", "rounds", numeric=True)
+        + _sortable("Tokens", "tokens", numeric=True)
+        + _sortable("Cost", "cost", numeric=True)
+        + f'<th scope="col" aria-sort="{started}" data-started>'
+        + f'<a href="{sort_link}" title="all runs, by start">Started {arrow}</a></th>'
+        + _sortable("Duration", "duration", numeric=True)
+        + f"</tr></thead><tbody>{rows}</tbody></table></div>"
     )
     if not runs.runs:
         table += '<p class="empty">No runs match.</p>'
@@ -150,7 +156,16 @@ def list_page(view: View, runs: RunPage, filters: Filters, agents: Sequence[str]
             + (pager[pager.index("<a rel") : -6] if pager else "")
             + "</nav>"
         )
-    return page(view, view.title, f"<h1>Runs</h1>{form}{table}{pager}", script=False)
+    return page(view, view.title, f"<h1>Runs</h1>{form}{table}{pager}")
+
+
+def _sortable(label: str, key: str, *, numeric: bool = False) -> str:
+    """A column header whose button sorts the page's rows (viewer.js)."""
+    kind = ' class="n"' if numeric else ""
+    return (
+        f'<th scope="col"{kind}><button type="button" class="sort" data-sort="{key}"'
+        f"{' data-numeric' if numeric else ''}>{e(label)}</button></th>"
+    )
 
 
 def _query(view: View, f: Filters, **changed: Any) -> str:
@@ -167,8 +182,15 @@ def _query(view: View, f: Filters, **changed: Any) -> str:
 
 def _row(view: View, r: RunSummary) -> str:
     status = "parked" if r.status in ("parked", "ready") else r.status
+
+    def v(value: object) -> str:
+        return "" if value is None else e(value)
+
     return (
-        f'<tr data-run="{e(r.run_id)}">'
+        f'<tr data-run="{e(r.run_id)}" data-agent="{e(r.agent)}" data-status="{e(r.status)}"'
+        f' data-termination="{v(r.termination)}" data-rounds="{v(r.rounds)}"'
+        f' data-tokens="{v(r.tokens)}" data-cost="{v(r.cost_usd)}"'
+        f' data-duration="{v(r.duration_s)}">'
         f'<th scope="row"><a href="{view.root}/runs/{quote(r.run_id, safe="")}">'
         f"{e(r.run_id)}</a></th><td>{e(r.agent)}</td>"
         f'<td><span class="badge s-{e(status)}">{e(r.status)}</span></td>'

@@ -71,3 +71,38 @@
 
   document.addEventListener("DOMContentLoaded", () => { tokenForm(); bindActions(document); follow(); });
 })();
+
+// The list's column buttons sort the rows of the page shown (the store orders every
+// run by start: the "Started" link).
+(function () {
+  function sortBy(button) {
+    const table = button.closest("table");
+    const body = table.tBodies[0];
+    const key = button.dataset.sort;
+    const numeric = button.hasAttribute("data-numeric");
+    const th = button.closest("th");
+    const ascending = th.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("th[aria-sort]").forEach((other) => other.removeAttribute("aria-sort"));
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    const value = (row) => (key === "run" ? row.dataset.run : row.dataset[key] || "");
+    const rows = Array.from(body.rows);
+    rows.sort((a, b) => {
+      let x = value(a), y = value(b), order;
+      if (numeric) {
+        // Unknown values (—) sort last either way.
+        if (x === "" || y === "") return (x === "") - (y === "");
+        order = parseFloat(x) - parseFloat(y);
+      } else {
+        order = x.localeCompare(y);
+      }
+      return ascending ? order : -order;
+    });
+    rows.forEach((row) => body.appendChild(row));
+    const status = document.getElementById("status");
+    if (status) status.textContent = "Sorted by " + button.textContent + (ascending ? ", ascending" : ", descending");
+  }
+  document.addEventListener("click", (ev) => {
+    const button = ev.target.closest && ev.target.closest("button.sort");
+    if (button) sortBy(button);
+  });
+})();
