@@ -243,3 +243,26 @@ def test_serve_serves_a_store_on_loopback(tmp_path: Path) -> None:
         server.wait(10)
         if server.stderr:
             server.stderr.close()
+
+
+async def test_replay_is_offered_only_with_tether_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished run's page offers a replay command only when tether.replay exists."""
+    import sys
+    import types
+
+    from tether.web._render import replay_available
+
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    try:
+        async with client(web.app(store=store)) as c:
+            present = replay_available()  # tether.replay comes from another branch
+            assert ("tether replay --store" in (await c.get("/runs/calc-0")).text) is present
+            monkeypatch.setitem(sys.modules, "tether.replay", types.ModuleType("tether.replay"))
+            page = (await c.get("/runs/calc-0")).text
+            assert "tether replay --store STORE_URL calc-0 --agent MODULE:AGENT" in page
+    finally:
+        await store.aclose()

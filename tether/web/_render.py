@@ -3,7 +3,9 @@ every value escaped with :func:`html.escape`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html import escape
@@ -300,7 +302,7 @@ def run_header(
     return (
         f'<h1>Run <code>{e(run.run_id)}</code></h1><dl class="facts">{dl}</dl>'
         f'<h2>Input</h2><pre class="text">{e(inp)}</pre>{output}'
-        f"{ceilings_html(run, usage, limits)}{actions_html(view, run)}"
+        f"{ceilings_html(run, usage, limits)}{actions_html(view, run)}{replay_html(run)}"
     )
 
 
@@ -332,6 +334,29 @@ def ceilings_html(
     if not bars:
         return ""
     return f'<h2>Ceilings</h2><ul class="ceilings">{"".join(bars)}</ul>'
+
+
+def replay_available() -> bool:
+    """Whether this tether has ``tether.replay`` (another part of the project adds it):
+    only then does a run's page offer to replay it."""
+    if "tether.replay" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("tether.replay") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def replay_html(run: StoredRun) -> str:
+    if not replay_available():
+        return ""
+    command = f"tether replay --store STORE_URL {run.run_id} --agent MODULE:AGENT"
+    return (
+        '<section aria-labelledby="replay-h"><h2 id="replay-h">Replay</h2>'
+        "<p>Re-run the agent's code offline against this run's recorded model responses "
+        "and tool results:</p>"
+        f'<pre class="args"><code>{e(command)}</code></pre></section>'
+    )
 
 
 def actions_html(view: View, run: StoredRun) -> str:
