@@ -145,6 +145,9 @@ def test_a_run_page_shows_every_round_tool_call_and_judgement(served: str, page:
     assert page.locator(".waterfall").count() >= 2
     assert "The sum is 5." in page.get_by_role("main").inner_text()
     shot(page, "viewer-run.png")
+    # The docs' picture: the rounds with the model calls, the tool call and the judgement.
+    page.evaluate("document.getElementById('round-1').scrollIntoView()")
+    shot(page, "viewer-run-rounds.png")
     DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(DOCS_SHOT))
     page.goto(served + "/runs/loop-0")

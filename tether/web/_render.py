@@ -45,6 +45,8 @@ def when(at: float | None) -> str:
 def seconds(value: float | None) -> str:
     if value is None:
         return "—"
+    if value < 0.01:
+        return f"{value * 1000:.2f} ms"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
