@@ -5,6 +5,9 @@ redaction, bad input."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,48 +204,100 @@ def test_serve_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     assert main(["serve"]) == 64
     assert main(["serve", "--store", "a.db", "--trace", "b.jsonl"]) == 64
-    assert main(["serve", "--store", str(tmp_path / "missing.db")]) == 65
+    assert main(["serve", "--store", str(tmp_path / "missing.db"), "--read-only"]) == 65
     assert main(["serve", "--trace", str(tmp_path / "missing.jsonl")]) == 65
-    assert main(["serve", "--store", "mysql://nope"]) == 64
+    assert main(["serve", "--store", "mysql://nope", "--read-only"]) == 64
     assert "no run store file" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # a subprocess's start: about 6 s on a shared machine
-def test_serve_serves_a_store_on_loopback(tmp_path: Path) -> None:
-    """tether serve --store: the list over HTTP on 127.0.0.1, read-only."""
-    pytest.importorskip("uvicorn", reason="the web extra is not installed")
+def free_port() -> int:
     import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``tether serve ARGS`` in a subprocess on a free loopback port; yields its URL."""
     import subprocess
     import sys
     import time
 
-    path = tmp_path / "runs.db"
-    anyio.run(fill, path)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "tether", "serve", "--store", f"sqlite:///{path}"]
-    server = subprocess.Popen([*command, "--port", str(port)], stderr=subprocess.PIPE)
+    port = free_port()
+    command = [sys.executable, "-m", "tether", "serve", *args, "--port", str(port)]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while True:
             try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                httpx.get(url + "/", timeout=2)
                 break
             except httpx.TransportError:
                 assert server.poll() is None, server.stderr.read() if server.stderr else ""
                 assert time.monotonic() < deadline, "tether serve did not start"
                 time.sleep(0.05)
-        assert answer.status_code == 200
-        assert answer.text.count("<tr data-run=") == 5
-        assert 'id="token"' not in answer.text  # read-only: no token field, no actions
-        act = httpx.post(f"http://127.0.0.1:{port}/runs/ask-0/cancel", timeout=2)
-        assert act.status_code == 409
+        yield url
     finally:
         server.terminate()
         server.wait(10)
         if server.stderr:
             server.stderr.close()
+
+
+def test_serve_needs_tokens_or_read_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tether serve --store without TETHER_API_TOKENS refuses to start unless --read-only."""
+    from tether.cli._main import main
+
+    path = tmp_path / "runs.db"
+    anyio.run(fill, path)
+    monkeypatch.delenv(web.TOKENS_ENV, raising=False)
+    assert main(["serve", "--store", str(path)]) == 64
+    assert "TETHER_API_TOKENS" in capsys.readouterr().err
+    assert main(["serve", "--trace", "t.jsonl", "--agent", "m:a"]) == 64
+
+
+@pytest.mark.slow  # subprocesses' starts: about 6 s each on a shared machine
+def test_serve_serves_a_store_on_loopback(tmp_path: Path) -> None:
+    """tether serve --store --read-only: the list over HTTP on 127.0.0.1, no actions; with
+    TETHER_API_TOKENS and --agent, approving a parked call resumes the run to answered."""
+    pytest.importorskip("uvicorn", reason="the web extra is not installed")
+    import sqlite3
+    import time
+
+    path = tmp_path / "runs.db"
+    anyio.run(fill, path)
+    with serving("--store", f"sqlite:///{path}", "--read-only") as url:
+        answer = httpx.get(url + "/", timeout=5)
+        assert answer.status_code == 200
+        assert answer.text.count("<tr data-run=") == 5
+        assert 'id="token"' not in answer.text  # read-only: no token field, no actions
+        assert httpx.post(url + "/runs/ask-0/cancel", timeout=5).status_code == 409
+    agent = str(Path(__file__).parent / "viewer_agents.py") + ":asker"
+    tokens = {web.TOKENS_ENV: "ops=tok3n"}
+    with serving("--store", str(path), "--agent", agent, env=tokens) as url:
+        assert 'id="token"' in httpx.get(url + "/runs/ask-0", timeout=5).text
+        data = {"call_id": "b1"}
+        refused = httpx.post(url + "/runs/ask-0/approve", data=data, timeout=5)
+        assert refused.status_code == 401
+        bearer = {"authorization": "Bearer tok3n"}
+        ok = httpx.post(url + "/runs/ask-0/approve", data=data, headers=bearer, timeout=10)
+        assert ok.status_code == 200, ok.text
+        deadline = time.monotonic() + 20
+        while True:
+            with sqlite3.connect(path) as conn:
+                (status, result) = conn.execute(
+                    "SELECT status, result FROM runs WHERE run_id = 'ask-0'"
+                ).fetchone()
+            if status == "finished":
+                break
+            assert time.monotonic() < deadline, f"ask-0 is still {status}"
+            time.sleep(0.05)
+        assert json.loads(result)["termination"] == "answered"
 
 
 async def test_replay_is_offered_only_with_tether_replay(

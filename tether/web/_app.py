@@ -22,7 +22,7 @@ import hmac
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -31,6 +31,7 @@ import anyio
 import attrs
 
 from tether.runtime import (
+    Agent,
     ListableRunStore,
     RunNotFound,
     Runtime,
@@ -136,6 +137,67 @@ def app(
         redact=redact,
         limits={k: dict(v) for k, v in (limits or {}).items()},
     )
+
+
+def standalone(
+    *,
+    store: ListableRunStore,
+    agents: Sequence[Agent[Any, Any]] = (),
+    tokens: Mapping[str, str] | None = None,
+    redact: bool = False,
+    limits: Mapping[str, Mapping[str, float | None]] | None = None,
+) -> ASGIApp:
+    """The viewer with a Runtime of its own on ``store`` (``tether serve`` without
+    ``--read-only``): the app opens ``tether.Runtime(store=store, agents=agents)`` in its
+    ASGI lifespan (on the server's event loop, asyncio or trio) and closes it at shutdown.
+
+    Its actions: cancel asks a run's owner through the store; approve and reject answer
+    a parked call, and the run resumes here when its agent is one of ``agents`` (else
+    in any Runtime on the store with ``resume=True``). ``tokens``: as for :func:`app`
+    (required, from here or ``TETHER_API_TOKENS``). The server must run the lifespan.
+    """
+    if tokens is None and os.environ.get(TOKENS_ENV, "").strip():
+        tokens = parse_tokens(os.environ[TOKENS_ENV])
+    if not tokens:
+        raise ValueError(
+            f"the viewer's actions need tokens (tokens= or {TOKENS_ENV}); "
+            "serve it read-only with tether.web.app(store=...) instead"
+        )
+    if not isinstance(store, ListableRunStore):
+        raise TypeError(f"needs a run store that can list its runs, got {store!r}")
+    given = dict(tokens)
+    kept = dict(limits or {})
+
+    async def served(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            viewer = holder.get("viewer")
+            if viewer is None:
+                await _respond(send, 503, b'{"error": "not started"}', "application/json")
+                return
+            await viewer(scope, receive, send)
+            return
+        if (await receive())["type"] != "lifespan.startup":
+            return
+        started = False
+        try:
+            async with Runtime(store=store, agents=list(agents)) as rt:
+                holder["viewer"] = app(
+                    store=store, runtime=rt, tokens=given, redact=redact, limits=kept
+                )
+                await send({"type": "lifespan.startup.complete"})
+                started = True
+                while (await receive())["type"] != "lifespan.shutdown":
+                    pass
+                holder.pop("viewer", None)
+        except Exception as exc:
+            if started:
+                raise
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    holder: dict[str, ASGIApp] = {}
+    return served
 
 
 class _Viewer:
@@ -448,4 +510,4 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-__all__ = ["STREAM_MAX_S", "STREAM_WAIT_S", "TOKENS_ENV", "app", "parse_tokens"]
+__all__ = ["STREAM_MAX_S", "STREAM_WAIT_S", "TOKENS_ENV", "app", "parse_tokens", "standalone"]
