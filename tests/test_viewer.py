@@ -321,3 +321,26 @@ async def test_replay_is_offered_only_with_tether_replay(
             assert "tether replay --store STORE_URL calc-0 --agent MODULE:AGENT" in page
     finally:
         await store.aclose()
+
+
+async def test_reject_sends_the_reason_to_the_model(tmp_path: Path) -> None:
+    """Reject with a reason: the call is refused with it and the run goes on to its end."""
+    path = tmp_path / "runs.db"
+    await fill(path)
+    store = tether.SQLiteRunStore(path)
+    try:
+        async with tether.Runtime(store=store, agents=[asker()]) as rt:
+            viewer = web.app(store=store, runtime=rt, tokens={"me": TOKEN})
+            async with client(viewer) as c:
+                answer = await c.post(
+                    "/runs/ask-0/reject",
+                    data={"call_id": "b1", "reason": "not today", "token": TOKEN},
+                )
+                assert answer.status_code == 200, answer.text
+                await wait_status(store, "ask-0", "finished")
+                page = (await c.get("/runs/ask-0")).text
+        answered = [e for e in await store.events("ask-0") if e["type"] == "ApprovalAnswered"]
+        assert [(e["approved"], e["reason"]) for e in answered] == [(False, "not today")]
+        assert "rejected — not today" in page
+    finally:
+        await store.aclose()
