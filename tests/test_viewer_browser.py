@@ -37,7 +37,10 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def store_copy(filled: Path, tmp_path: Path) -> Path:
     """A copy of the filled store for one test (its actions change it)."""
     target = tmp_path / "runs.db"
-    shutil.copy(filled, target)
+    for suffix in ("", "-wal", "-shm"):  # fill() closes the store: no WAL is left, normally
+        source = filled.with_name(filled.name + suffix)
+        if source.exists():
+            shutil.copy(source, target.with_name(target.name + suffix))
     return target
 
 

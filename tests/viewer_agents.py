@@ -134,14 +134,21 @@ async def wait_status(store: tether.RunStore, run_id: str, status: str) -> None:
 
 
 async def fill(path: Path | tether.RunStore) -> None:
-    """Three calc runs (answered, judged), one looper (max_steps), one parked asker."""
+    """Three calc runs (answered, judged), one looper (max_steps), one parked asker.
+
+    Given a path, the store is closed at the end (its WAL folded into the file, which
+    can then be copied alone)."""
     store = tether.SQLiteRunStore(path) if isinstance(path, Path) else path
-    async with tether.Runtime(store=store, agents=[calc(), looper(), asker()]) as rt:
-        for i in range(3):
-            await rt.run(calc(), f"add 2 and 3 (#{i})", run_id=f"calc-{i}")
-        await rt.run(looper(), "loop", run_id="loop-0")
-        rt.start(asker(), "bump k", run_id="ask-0")
-        await wait_status(store, "ask-0", "parked")
+    try:
+        async with tether.Runtime(store=store, agents=[calc(), looper(), asker()]) as rt:
+            for i in range(3):
+                await rt.run(calc(), f"add 2 and 3 (#{i})", run_id=f"calc-{i}")
+            await rt.run(looper(), "loop", run_id="loop-0")
+            rt.start(asker(), "bump k", run_id="ask-0")
+            await wait_status(store, "ask-0", "parked")
+    finally:
+        if isinstance(path, Path):
+            await store.aclose()
 
 
 __all__ = ["GATES", "asker", "calc", "fill", "gated", "looper", "wait_status"]
