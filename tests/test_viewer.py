@@ -59,6 +59,9 @@ async def test_list_filters_and_run_page(tmp_path: Path) -> None:
             assert '"status": "finished"' in stream.text
             assert "event: end" in stream.text
             assert (await c.get("/static/viewer.js")).status_code == 200
+            head = await c.head("/")
+            assert head.status_code == 200
+            assert head.content == b""
             assert (await c.get("/static/../_app.py")).status_code == 404
     finally:
         await store.aclose()
@@ -344,3 +347,23 @@ async def test_reject_sends_the_reason_to_the_model(tmp_path: Path) -> None:
         assert "rejected — not today" in page
     finally:
         await store.aclose()
+
+
+async def test_time_filters_take_utc_times(tmp_path: Path) -> None:
+    """since/until take YYYY-MM-DDTHH:MM (UTC), as the form's fields send them; a bad
+    time is a 400 naming the field."""
+    from tether.runtime import NewRun
+
+    store = MemoryRunStore()
+    day = 1_767_225_600.0  # 2026-01-01T00:00 UTC
+    for i in range(4):
+        run = NewRun(run_id=f"h{i}", agent="a", input="q", created_at=day + i * 3600)
+        await store.create(run, owner="x", lease_s=60)
+    async with client(web.app(store=store)) as c:  # type: ignore[arg-type]
+        page = (await c.get("/?since=2026-01-01T01:00&until=2026-01-01T03:00")).text
+        assert page.count("<tr data-run=") == 2
+        assert 'data-run="h1"' in page
+        assert 'value="2026-01-01T01:00"' in page  # the form keeps the filter
+        bad = await c.get("/?since=yesterday")
+        assert bad.status_code == 400
+        assert "since" in bad.json()["error"]

@@ -232,6 +232,8 @@ class _Viewer:
         if scope["type"] != "http":
             return
         method = scope["method"]
+        if method == "HEAD":
+            send = _without_body(send)
         path = scope["path"]
         root = str(scope.get("root_path", ""))
         if root and path.startswith(root):
@@ -487,6 +489,17 @@ async def _respond(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _without_body(send: Send) -> Send:
+    """``send`` for a HEAD request: the headers as for GET, no body."""
+
+    async def headless(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return headless
 
 
 async def _chunk(send: Send, body: bytes) -> None:
