@@ -26,7 +26,10 @@ on, so that none of them imports a private module:
   (:class:`LeaseLost`, :class:`RunStoreError`), and the SQL row form the SQL
   stores share (:data:`RUN_COLUMNS`, :data:`TOOL_COLUMNS`,
   :func:`run_of_row`, :func:`tool_record_of_row`, :func:`encode_json`,
-  :func:`renewal_epochs`).
+  :func:`renewal_epochs`). Listing them: :class:`ListableRunStore`
+  (``list_runs``, keyset pages of :class:`RunSummary` in a :class:`RunPage`) and
+  the SQL stores' shared pieces (:func:`listing_sql`, :func:`summary_of_row`,
+  :func:`summary_of`, :func:`page_of`, :func:`check_listing`).
 - **Conversation and lesson stores** in a database: subclass
   :class:`StoredConversations` / :class:`StoredLessons` and give the SQL
   (:func:`conversation_conflict` is the error of a lost race).
@@ -138,6 +141,17 @@ from ._recording import store_trail as store_trail
 from ._replay import replay as replay
 from ._result import RunResult as RunResult
 from ._result import summarize as summarize
+from ._runlist import MAX_PAGE as MAX_PAGE
+from ._runlist import RUN_STATUSES as RUN_STATUSES
+from ._runlist import ListableRunStore as ListableRunStore
+from ._runlist import Order as Order
+from ._runlist import RunPage as RunPage
+from ._runlist import RunSummary as RunSummary
+from ._runlist import check_listing as check_listing
+from ._runlist import listing_sql as listing_sql
+from ._runlist import page_of as page_of
+from ._runlist import summary_of as summary_of
+from ._runlist import summary_of_row as summary_of_row
 from ._runrows import RUN_COLUMNS as RUN_COLUMNS
 from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
 from ._runrows import encode_json as encode_json
@@ -151,6 +165,7 @@ from ._runstore import Control as Control
 from ._runstore import LeaseLost as LeaseLost
 from ._runstore import NewRun as NewRun
 from ._runstore import RunNotFound as RunNotFound
+from ._runstore import RunStatus as RunStatus
 from ._runstore import RunStore as RunStore
 from ._runstore import RunStoreError as RunStoreError
 from ._runstore import RunStoreUnavailable as RunStoreUnavailable
@@ -236,13 +251,16 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "LessonStored",
     "LessonsRecalled",
     "Limits",
+    "ListableRunStore",
     "LocalLedgerLink",
+    "MAX_PAGE",
     "MCPServerRestarted",
     "MCPToolsListed",
     "MemoryFailed",
     "ModelCallFinished",
     "ModelCallStarted",
     "NewRun",
+    "Order",
     "OutputT",
     "PendingApproval",
     "Policy",
@@ -252,6 +270,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ProviderRetry",
     "ProviderWait",
     "RUN_COLUMNS",
+    "RUN_STATUSES",
     "ReaderKind",
     "ReasoningDelta",
     "RemoteTool",
@@ -265,12 +284,15 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "RunHandleLike",
     "RunInput",
     "RunNotFound",
+    "RunPage",
     "RunResult",
     "RunResumed",
     "RunStarted",
+    "RunStatus",
     "RunStore",
     "RunStoreError",
     "RunStoreUnavailable",
+    "RunSummary",
     "RunView",
     "Runtime",
     "RuntimeClosed",
@@ -309,13 +331,16 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Usage",
     "UsageCharged",
     "Verdict",
+    "check_listing",
     "check_start",
     "combine",
     "conversation_conflict",
     "dump_event",
     "encode_json",
     "estimate_tokens",
+    "listing_sql",
     "load_event",
+    "page_of",
     "read_trail",
     "renewal_epochs",
     "replay",
@@ -323,6 +348,8 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "store_trail",
     "stored_result",
     "summarize",
+    "summary_of",
+    "summary_of_row",
     "tool_record_of_row",
 ]
 

@@ -3,7 +3,7 @@
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
 :mod:`tether.cli._ray_demo`, ``run`` in :mod:`tether.cli._run_cmd`, ``eval`` in
 :mod:`tether.cli._eval_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``replay`` in
-:mod:`tether.cli._replay_cmd`; what they share
+:mod:`tether.cli._replay_cmd`, ``serve`` in :mod:`tether.cli._serve_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
@@ -35,6 +35,7 @@ from tether.cli._eval_cmd import _cmd_eval
 from tether.cli._ray_demo import _cmd_ray_demo
 from tether.cli._replay_cmd import add_parser as add_replay_parser
 from tether.cli._run_cmd import _cmd_run
+from tether.cli._serve_cmd import add_serve
 from tether.cli._trace_cmd import _cmd_trace
 
 
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
     add_replay_parser(commands)
+    add_serve(commands)
     return parser
 
 
