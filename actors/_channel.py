@@ -40,14 +40,19 @@ else is asyncio's running loop (``asyncio.get_running_loop``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
 import attrs
 import sniffio
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where it is used (an import of a loaded module is a dict
+# lookup, no call): ``import tether`` does not load it, and a trio program never does.
 
 T = TypeVar("T")
 
@@ -70,6 +75,8 @@ class _Parking:
             # A cancelled wait cancels the future; ``_wake`` and ``_waiting`` skip
             # a done one, so it needs no clean-up of its own.
             # The loop's create_future, without its call: a park per hop, four a round.
+            import asyncio
+
             future: asyncio.Future[None] = asyncio.Future(loop=asyncio.get_running_loop())
             self._parked = future
             return future
@@ -86,13 +93,19 @@ class _Parking:
 
     def _waiting(self) -> bool:
         parked = self._parked
-        return parked is not None and not (isinstance(parked, asyncio.Future) and parked.done())
+        if parked is None:
+            return False
+        import asyncio
+
+        return not (isinstance(parked, asyncio.Future) and parked.done())
 
     def _wake(self) -> None:
         parked = self._parked
         if parked is None:
             return
         self._parked = None
+        import asyncio
+
         if isinstance(parked, asyncio.Future):
             if not parked.done():
                 parked.set_result(None)

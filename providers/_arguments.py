@@ -27,6 +27,32 @@ import attrs
 
 from ._types import ModelResponse, ToolUseBlock
 
+#: Values ``plain`` returns as they are, tested inline (a call per leaf would
+#: be most of an encoding's calls: a request is mostly strings).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every Mapping made a dict and every tuple a list (for json.dumps)."""
+    if isinstance(value, Mapping):
+        leaves = _LEAVES
+        return {
+            (k if type(k) is str else str(k)): (v if type(v) in leaves else plain(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        leaves = _LEAVES
+        return [v if type(v) in leaves else plain(v) for v in value]
+    return value
+
+
+def arguments_text(value: Any) -> str:
+    """Tool-call arguments as JSON text (a raw string, the model's invalid JSON, as it was)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
+
+
 #: How many levels of objects and arrays a tool call's arguments may nest.
 MAX_TOOL_ARGUMENT_DEPTH = 64
 
@@ -262,10 +288,12 @@ def _restore(value: Any, cuts: dict[str, Cut]) -> Any:
 __all__ = [
     "MAX_TOOL_ARGUMENT_DEPTH",
     "Cut",
+    "arguments_text",
     "bound_arguments",
     "bound_response",
     "loads_body",
     "parse_tool_arguments",
+    "plain",
     "text_too_deep",
     "to_json_text",
     "value_too_deep",

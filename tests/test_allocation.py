@@ -27,7 +27,7 @@ pytestmark = [
     # The bounds hold with tether.actors.spawn's fast path, which is taken only on
     # the anyio versions it was checked against (anything else is start_soon).
     pytest.mark.skipif(
-        not _spawn._CHECKED,
+        not _spawn._checked(),
         reason="anyio is not one of tether.actors._spawn.CHECKED_ANYIO: the bounds are for those",
     ),
 ]
