@@ -102,6 +102,7 @@ from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
 from ._fleetbudget import SlicedBudget as SlicedBudget
 from ._fleetbudget import SliceStatistics as SliceStatistics
 from ._fleetbudget import Spent as Spent
+from ._gc import GcTuning as GcTuning
 from ._input import InputPart as InputPart
 from ._input import RunInput as RunInput
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
@@ -201,6 +202,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "EVENT_TYPES",
     "Event",
     "EventSink",
+    "GcTuning",
     "Grant",
     "InMemoryConversationStore",
     "InMemoryLessonStore",

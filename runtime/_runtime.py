@@ -22,6 +22,7 @@ from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
 from ._fleetbudget import LedgerLink, SlicedBudget, slice_of
+from ._gc import GcHold, GcTuning
 from ._input import RunInput
 from ._keeper import Keeper
 from ._limits import Limits
@@ -31,6 +32,7 @@ from ._result import RunResult
 from ._run import Run
 from ._runstore import Answer, RunNotFound, RunStore
 from ._services import RuntimeServices
+from ._shutdown import close_shared
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
 from ._startcheck import StartChecked, check_start
 from ._state import load_state
@@ -307,7 +309,8 @@ class Runtime:
     seconds that the Runtime renews; ``agents`` are the agents it can resume
     by name; ``resume=True`` claims and continues runs whose owner died.
 
-    ``hooks`` are an integration's callbacks (:class:`RuntimeHooks`).
+    ``hooks`` are an integration's callbacks (:class:`RuntimeHooks`). ``gc`` sets the
+    process's garbage collector while the Runtime runs (:class:`GcTuning`; ``None``: untouched).
     """
 
     def __init__(
@@ -326,8 +329,10 @@ class Runtime:
         lease_s: float = 30.0,
         resume: bool = False,
         hooks: RuntimeHooks | None = None,
+        gc: GcTuning | None = None,
     ) -> None:
         self._keeper = _keeper(store, agents, lease_s, resume)
+        self._gc = GcHold(gc)
         if hooks is not None and not isinstance(hooks, RuntimeHooks):
             raise TypeError(f"Runtime(hooks=...) must be a RuntimeHooks, got {hooks!r}")
         self._hooks = hooks or RuntimeHooks()
@@ -383,6 +388,7 @@ class Runtime:
             raise RuntimeError("this Runtime is already running")
         if self._keeper is not None:  # a store that cannot be used fails here, not per run
             await self._keeper.store.claimable(limit=1)
+        self._gc.enter()  # before anything starts: a tuning that conflicts is refused here
         if self._sink is not None:
             self._sink_thread = SinkThread(self._sink, self.sink_backlog)
         self._services = RuntimeServices(
@@ -432,20 +438,15 @@ class Runtime:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._tg = None
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(5):
-                    await services.http.aclose()
-                if self._budget is not None:
-                    with anyio.move_on_after(5):
-                        await self._budget.aclose()
-                if self._sink_thread is not None:
-                    await self._sink_thread.aclose(self.shutdown_grace_s)
-                if self.conversations is not None:
-                    with anyio.move_on_after(5):
-                        await self.conversations.aclose()
-                if self._keeper is not None:
-                    with anyio.move_on_after(5):
-                        await self._keeper.store.aclose()
+            self._gc.exit()
+            await close_shared(
+                services,
+                self._budget,
+                self._sink_thread,
+                self.shutdown_grace_s,
+                self.conversations,
+                self._keeper,
+            )
 
     async def _wait_all(self) -> None:
         while self._runs:

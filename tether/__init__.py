@@ -21,6 +21,7 @@ from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
 from tether.runtime import ConversationStore as ConversationStore
 from tether.runtime import Criterion as Criterion
+from tether.runtime import GcTuning as GcTuning
 from tether.runtime import InMemoryConversationStore as InMemoryConversationStore
 from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
 from tether.runtime import JsonlSink as JsonlSink
@@ -62,6 +63,7 @@ __all__ = [
     "ConversationStore",
     "Criterion",
     "FatalToolError",
+    "GcTuning",
     "Image",
     "InMemoryConversationStore",
     "InMemoryLessonStore",
