@@ -25,11 +25,12 @@ the collector.
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import attrs
 
 
-def _check_threshold(_: object, __: object, value: object) -> None:
+def _check_threshold(_: object, __: object, value: Any) -> None:
     if value is None:
         return
     if (
