@@ -42,6 +42,10 @@ beside them).
 - **B9** B2's workload and sizes with a ``SQLiteRunStore`` (a fresh file per
   repeat; every run recorded, checkpointed per round and finished in it)
   against no store, alternately: what durability costs.
+- **B10** the same with a ``PostgresRunStore`` (``python -m benchmarks.durable_pg``
+  in a child process; the server of ``TETHER_TEST_POSTGRES``).
+- **IMPORT** ``import tether`` (with the backend) against ``import anyio``: the
+  least cumulative ``-X importtime`` of several fresh interpreters.
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)
