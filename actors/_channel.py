@@ -28,8 +28,8 @@ It is not a memory object stream, and differs from one on purpose:
 - ``statistics()`` reports the buffer and whether each side is open, not task
   counts (one sender and one receiver, at most one of them parked).
 
-:class:`Doorbell` wakes an actor parked on its mailbox (which stays an anyio
-memory object stream; the actor takes requests with ``receive_nowait``).
+:class:`_Parking` is also what wakes an actor parked on its mailbox
+(:class:`~tether.actors._actor.Mailbox`).
 
 Parking uses each backend's own primitive: an asyncio future (which anyio's
 cancel scopes cancel like any other await), or trio's
@@ -113,18 +113,6 @@ class _Parking:
             import trio
 
             trio.lowlevel.reschedule(parked)
-
-
-class Doorbell(_Parking):
-    """Wakes an actor parked on an empty mailbox."""
-
-    __slots__ = ()
-
-    #: ``_park`` itself (not a coroutine that awaits it): one frame less per wait.
-    wait = _Parking._park
-
-    #: Wake the actor if it is parked (``_wake`` itself: no frame of its own).
-    ring = _Parking._wake
 
 
 @attrs.frozen

@@ -56,7 +56,8 @@ def _anyio_checked() -> bool:
 _CHECKED: bool | None = None
 
 
-def _checked() -> bool:
+def anyio_checked() -> bool:
+    """Whether the installed anyio is one of :data:`CHECKED_ANYIO` (found on first use)."""
     global _CHECKED
     if _CHECKED is None:
         _CHECKED = _anyio_checked()
@@ -171,7 +172,7 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
 def spawn(tg: TaskGroup, func: TaskFunc, *args: Any, name: str) -> None:
     """``tg.start_soon(func, *args, name=name)``, without anyio's per-task handle."""
     module = type(tg).__module__
-    if not (_CHECKED or (_CHECKED is None and _checked())):
+    if not (_CHECKED or (_CHECKED is None and anyio_checked())):
         pass
     elif module == "anyio._backends._trio":
         start_soon = _trio_spawner(tg)
@@ -195,7 +196,7 @@ def cancel_scope(scope: CancelScope, reason: str) -> None:
     lacking the attributes relied on: ``scope.cancel(reason)``.
     """
     if (
-        (_CHECKED or (_CHECKED is None and _checked()))
+        (_CHECKED or (_CHECKED is None and anyio_checked()))
         and type(scope).__module__ == "anyio._backends._asyncio"
         and hasattr(scope, "_deliver_cancellation")
     ):
