@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -234,6 +233,8 @@ def loads_body(raw: bytes | str) -> Any:
         return json.loads(raw)
     except RecursionError:
         pass
+    import uuid  # here: only an answer nested past json's stack needs it
+
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     nonce = f"\x00tether-cut-{uuid.uuid4().hex}-"
     pieces: list[str] = []

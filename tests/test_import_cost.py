@@ -33,6 +33,7 @@ NOT_AT_IMPORT = (
     "email.utils",
     "importlib.metadata",
     "importlib.resources",
+    "uuid",
 )
 
 
