@@ -93,8 +93,9 @@ class Mailbox(_Parking):
         if size < 1:
             raise ValueError(f"a mailbox holds at least one request, not {size}")
         self._parked = None  # _Parking.__init__, inlined
-        # A list, not a deque: it holds a request or two, and a deque is 600 bytes.
-        self._buffer: list[Any] = []
+        # A list, not a deque: it holds a request or two, and a deque is 600 bytes. None
+        # while empty: an idle actor (a parked run's) holds no empty list.
+        self._buffer: list[Any] | None = None
         self._size = size
         self._sender_closed = False
         self._receiver_closed = False
@@ -124,9 +125,13 @@ class Mailbox(_Parking):
             raise anyio.ClosedResourceError
         if self._receiver_closed:
             raise anyio.BrokenResourceError
-        if len(self._buffer) >= self._size:
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = [request]
+        elif len(buffer) >= self._size:
             raise anyio.WouldBlock
-        self._buffer.append(request)
+        else:
+            buffer.append(request)
 
     async def send(self, request: Any) -> None:
         """``send_nowait``, waiting for room while the mailbox is full (a checkpoint)."""
@@ -168,6 +173,8 @@ class Mailbox(_Parking):
         buffer = self._buffer
         if buffer:
             request = buffer.pop(0)
+            if not buffer:
+                self._buffer = None
             if self._senders:
                 self._wake_senders()  # room for a sender waiting
             return request
@@ -275,7 +282,10 @@ class _NoScope:
     def __enter__(self) -> _NoScope:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    # Static: ``with`` holds the ``__exit__`` it looked up for as long as the block runs,
+    # and a static one is the function itself, not a bound method made per actor.
+    @staticmethod
+    def __exit__(*exc: object) -> None:
         return None
 
 

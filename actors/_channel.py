@@ -136,8 +136,9 @@ class ReplyChannel(_Parking, Generic[T]):
         if size < 1:
             raise ValueError(f"a reply channel holds at least one item, not {size}")
         self._parked = None  # _Parking.__init__, inlined: two channels a round
-        # A list, not a deque: a reply holds a few items, and a deque is 600 bytes.
-        self._buffer: list[T] = []
+        # A list, not a deque: a reply holds a few items, and a deque is 600 bytes. Made
+        # by the first send: a run parked in its model call holds no empty one.
+        self._buffer: list[T] | None = None
         self._size = size
         self._closed = False
         self._abandoned = False
@@ -149,9 +150,13 @@ class ReplyChannel(_Parking, Generic[T]):
             raise anyio.ClosedResourceError
         if self._abandoned:
             raise anyio.BrokenResourceError
-        if len(self._buffer) >= self._size:
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = [item]
+        elif len(buffer) >= self._size:
             raise anyio.WouldBlock
-        self._buffer.append(item)
+        else:
+            buffer.append(item)
         if self._parked is not None:
             self._wake()
 
@@ -220,7 +225,7 @@ class ReplyChannel(_Parking, Generic[T]):
     def statistics(self) -> ReplyStatistics:
         """The buffer's fill and size, and whether each side is still open."""
         return ReplyStatistics(
-            current_buffer_used=len(self._buffer),
+            current_buffer_used=len(self._buffer or ()),
             max_buffer_size=self._size,
             sender_open=not self._closed,
             receiver_open=not self._abandoned,
@@ -231,6 +236,6 @@ class ReplyChannel(_Parking, Generic[T]):
         """The receiver stops listening: later sends raise BrokenResourceError."""
         if not self._abandoned:
             self._abandoned = True
-            self._buffer.clear()
+            self._buffer = None
             if self._parked is not None:
                 self._wake()

@@ -78,7 +78,10 @@ class Accounts:
         # The run's ModelSettings.max_tokens: sent as is when no budget bounds the call.
         self._asked = asked_max_tokens
         own = Budget(max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd)
-        self._budgets: Sequence[Budget] = [b for b in (own, shared) if b is not None and b.bounded]
+        # A tuple: no tracked object for the common case of no budget at all.
+        self._budgets: Sequence[Budget] = tuple(
+            b for b in (own, shared) if b is not None and b.bounded
+        )
         # What this run's call in flight holds of the shared budget.
         self._held_tokens = 0
         self._held_cost = 0.0

@@ -498,8 +498,15 @@ class Run:
             with trail.stage("context"):
                 request = _request(self)
             assert self._model is not None
-            with trail.stage("model"):
+            # ``with trail.stage("model")`` spelled out: a parked run's frame would hold the
+            # bound ``__exit__`` for as long as the call lasts (same calls, one object less).
+            trail.stage("model").__enter__()
+            try:
                 outcome = await self._model.call(request)
+            except BaseException as exc:
+                trail.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            trail.__exit__(None, None, None)
             if isinstance(outcome, Decision):
                 return outcome
             response = outcome
