@@ -39,6 +39,8 @@ on, so that none of them imports a private module:
   :class:`RemoteTool`, :class:`Signals`, :class:`ConnectionLost`, :class:`ToolFilter`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from tether.actors import Candidate as Candidate
 from tether.actors import Judge as Judge
 from tether.actors import Judgement as Judgement
@@ -94,14 +96,6 @@ from ._events import Transition as Transition
 from ._events import UsageCharged as UsageCharged
 from ._events import dump as dump_event
 from ._events import load as load_event
-from ._fleetbudget import BudgetLedger as BudgetLedger
-from ._fleetbudget import Grant as Grant
-from ._fleetbudget import LedgerLink as LedgerLink
-from ._fleetbudget import LedgerStatus as LedgerStatus
-from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
-from ._fleetbudget import SlicedBudget as SlicedBudget
-from ._fleetbudget import SliceStatistics as SliceStatistics
-from ._fleetbudget import Spent as Spent
 from ._gc import GcTuning as GcTuning
 from ._input import InputPart as InputPart
 from ._input import RunInput as RunInput
@@ -304,5 +298,46 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "summarize",
     "tool_record_of_row",
 ]
+
+if TYPE_CHECKING:
+    from ._fleetbudget import BudgetLedger as BudgetLedger
+    from ._fleetbudget import Grant as Grant
+    from ._fleetbudget import LedgerLink as LedgerLink
+    from ._fleetbudget import LedgerStatus as LedgerStatus
+    from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
+    from ._fleetbudget import SlicedBudget as SlicedBudget
+    from ._fleetbudget import SliceStatistics as SliceStatistics
+    from ._fleetbudget import Spent as Spent
+
+#: Public names imported on first use (a fleet's budget: most programs never need it).
+_LAZY = dict.fromkeys(
+    (
+        "BudgetLedger",
+        "Grant",
+        "LedgerLink",
+        "LedgerStatus",
+        "LocalLedgerLink",
+        "SlicedBudget",
+        "SliceStatistics",
+        "Spent",
+    ),
+    "_fleetbudget",
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 name_errors_by_package(__name__, globals())

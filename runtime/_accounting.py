@@ -25,6 +25,7 @@ implies (after recording a ``CeilingHit``), never raises.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -34,9 +35,11 @@ from tether.actors import ToolOutput
 from tether.providers import ModelRequest, Price, TokenUsage
 
 from ._budget import Budget, Hit, least
-from ._fleetbudget import SlicedBudget as Sliced
 from ._limits import Limits, Termination, UsageMeter
 from ._trail import Trail
+
+if TYPE_CHECKING:  # imported where a fleet's budget is used: not by import tether
+    from ._fleetbudget import SlicedBudget as Sliced
 
 
 class Accounts:
@@ -186,7 +189,9 @@ class Accounts:
         host's calls in flight can free room, as on one Runtime (see
         :mod:`._fleetbudget`).
         """
-        assert isinstance(shared, Sliced)
+        from ._fleetbudget import SlicedBudget
+
+        assert isinstance(shared, SlicedBudget)
         if cap is None:  # nothing of the slice bounds this call (an unpriced one, say)
             return cap
         want = self._wanted(shared)

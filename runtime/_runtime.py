@@ -7,7 +7,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 import attrs
@@ -21,7 +21,6 @@ from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
-from ._fleetbudget import LedgerLink, SlicedBudget, slice_of
 from ._gc import GcHold, GcTuning
 from ._input import RunInput
 from ._keeper import Keeper
@@ -39,6 +38,9 @@ from ._state import load_state
 from ._storedhandle import StoredEventStream, StoredRun
 from ._trail import TextStream
 from ._transcript import Chat, Transcript, Turns
+
+if TYPE_CHECKING:  # a fleet's budget is imported by share_budget: not by import tether
+    from ._fleetbudget import LedgerLink, SlicedBudget
 
 #: A checked start: what :func:`check_start` made of its arguments, and the run's id.
 _Start = tuple[StartChecked, str]
@@ -734,7 +736,7 @@ class Runtime:
                 "this Runtime has a budget of its own (Runtime(limits=...)): a host of a fleet "
                 "takes its budget from the fleet's ledger"
             )
-        self._budget = slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
+        self._budget = _slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
         return self._budget
 
     def _forget(self, run_id: str) -> None:
@@ -787,6 +789,15 @@ class Runtime:
     def running(self) -> int:
         """Runs started and not yet finished (queued included)."""
         return len(self._runs)
+
+
+def _slice_of(
+    link: LedgerLink, limits: Limits, *, poll_s: float, idle_poll_s: float
+) -> SlicedBudget:
+    """``_fleetbudget.slice_of``, imported here: only a fleet's host needs that module."""
+    from ._fleetbudget import slice_of
+
+    return slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
 
 
 def _check_free(rt: Runtime, run_id: str) -> None:

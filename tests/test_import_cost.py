@@ -34,6 +34,7 @@ NOT_AT_IMPORT = (
     "importlib.metadata",
     "importlib.resources",
     "uuid",
+    "tether.runtime._fleetbudget",
 )
 
 
