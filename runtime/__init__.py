@@ -110,8 +110,6 @@ from ._like import RuntimeLike as RuntimeLike
 from ._limits import Limits as Limits
 from ._limits import Termination as Termination
 from ._limits import Usage as Usage
-from ._llm_judge import Criterion as Criterion
-from ._llm_judge import LLMJudge as LLMJudge
 from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
@@ -119,12 +117,6 @@ from ._reader import ReaderKind as ReaderKind
 from ._reader import TrailReader as TrailReader
 from ._result import RunResult as RunResult
 from ._result import summarize as summarize
-from ._runrows import RUN_COLUMNS as RUN_COLUMNS
-from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
-from ._runrows import encode_json as encode_json
-from ._runrows import renewal_epochs as renewal_epochs
-from ._runrows import run_of_row as run_of_row
-from ._runrows import tool_record_of_row as tool_record_of_row
 from ._runstore import JSON as JSON
 from ._runstore import Answer as Answer
 from ._runstore import Claim as Claim
@@ -149,7 +141,6 @@ from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import SinkStatus as SinkStatus
 from ._sinks import combine as combine
-from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 from ._startcheck import StartChecked as StartChecked
 from ._startcheck import check_start as check_start
 from ._state import RunView as RunView
@@ -308,21 +299,42 @@ if TYPE_CHECKING:
     from ._fleetbudget import SlicedBudget as SlicedBudget
     from ._fleetbudget import SliceStatistics as SliceStatistics
     from ._fleetbudget import Spent as Spent
+    from ._llm_judge import Criterion as Criterion
+    from ._llm_judge import LLMJudge as LLMJudge
+    from ._runrows import RUN_COLUMNS as RUN_COLUMNS
+    from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
+    from ._runrows import encode_json as encode_json
+    from ._runrows import renewal_epochs as renewal_epochs
+    from ._runrows import run_of_row as run_of_row
+    from ._runrows import tool_record_of_row as tool_record_of_row
+    from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 
-#: Public names imported on first use (a fleet's budget: most programs never need it).
-_LAZY = dict.fromkeys(
-    (
-        "BudgetLedger",
-        "Grant",
-        "LedgerLink",
-        "LedgerStatus",
-        "LocalLedgerLink",
-        "SlicedBudget",
-        "SliceStatistics",
-        "Spent",
+#: Public names imported on first use: a fleet's budget, the LLM judge, the SQLite run
+#: store and the SQL row form the SQL stores share (most programs use none of them).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "BudgetLedger",
+            "Grant",
+            "LedgerLink",
+            "LedgerStatus",
+            "LocalLedgerLink",
+            "SlicedBudget",
+            "SliceStatistics",
+            "Spent",
+        ),
+        "_fleetbudget",
     ),
-    "_fleetbudget",
-)
+    "Criterion": "_llm_judge",
+    "LLMJudge": "_llm_judge",
+    "RUN_COLUMNS": "_runrows",
+    "TOOL_COLUMNS": "_runrows",
+    "encode_json": "_runrows",
+    "renewal_epochs": "_runrows",
+    "run_of_row": "_runrows",
+    "tool_record_of_row": "_runrows",
+    "SQLiteRunStore": "_sqliteruns",
+}
 
 
 def __getattr__(name: str) -> Any:

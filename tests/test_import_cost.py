@@ -35,6 +35,9 @@ NOT_AT_IMPORT = (
     "importlib.resources",
     "uuid",
     "tether.runtime._fleetbudget",
+    "tether.runtime._llm_judge",
+    "tether.runtime._sqliteruns",
+    "tether.runtime._runrows",
 )
 
 
