@@ -47,6 +47,8 @@ on, so that none of them imports a private module:
   :class:`RemoteTool`, :class:`Signals`, :class:`ConnectionLost`, :class:`ToolFilter`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from tether.actors import Candidate as Candidate
 from tether.actors import Judge as Judge
 from tether.actors import Judgement as Judgement
@@ -103,14 +105,7 @@ from ._events import Transition as Transition
 from ._events import UsageCharged as UsageCharged
 from ._events import dump as dump_event
 from ._events import load as load_event
-from ._fleetbudget import BudgetLedger as BudgetLedger
-from ._fleetbudget import Grant as Grant
-from ._fleetbudget import LedgerLink as LedgerLink
-from ._fleetbudget import LedgerStatus as LedgerStatus
-from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
-from ._fleetbudget import SlicedBudget as SlicedBudget
-from ._fleetbudget import SliceStatistics as SliceStatistics
-from ._fleetbudget import Spent as Spent
+from ._gc import GcTuning as GcTuning
 from ._input import InputPart as InputPart
 from ._input import RunInput as RunInput
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
@@ -124,8 +119,6 @@ from ._like import RuntimeLike as RuntimeLike
 from ._limits import Limits as Limits
 from ._limits import Termination as Termination
 from ._limits import Usage as Usage
-from ._llm_judge import Criterion as Criterion
-from ._llm_judge import LLMJudge as LLMJudge
 from ._playback import Divergence as Divergence
 from ._playback import Replay as Replay
 from ._playback import ReplayExhausted as ReplayExhausted
@@ -152,12 +145,6 @@ from ._runlist import listing_sql as listing_sql
 from ._runlist import page_of as page_of
 from ._runlist import summary_of as summary_of
 from ._runlist import summary_of_row as summary_of_row
-from ._runrows import RUN_COLUMNS as RUN_COLUMNS
-from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
-from ._runrows import encode_json as encode_json
-from ._runrows import renewal_epochs as renewal_epochs
-from ._runrows import run_of_row as run_of_row
-from ._runrows import tool_record_of_row as tool_record_of_row
 from ._runstore import JSON as JSON
 from ._runstore import Answer as Answer
 from ._runstore import Claim as Claim
@@ -183,7 +170,6 @@ from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import SinkStatus as SinkStatus
 from ._sinks import combine as combine
-from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 from ._startcheck import StartChecked as StartChecked
 from ._startcheck import check_start as check_start
 from ._state import RunView as RunView
@@ -231,6 +217,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "EVENT_TYPES",
     "Event",
     "EventSink",
+    "GcTuning",
     "Grant",
     "InMemoryConversationStore",
     "InMemoryLessonStore",
@@ -352,5 +339,67 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "summary_of_row",
     "tool_record_of_row",
 ]
+
+if TYPE_CHECKING:
+    from ._fleetbudget import BudgetLedger as BudgetLedger
+    from ._fleetbudget import Grant as Grant
+    from ._fleetbudget import LedgerLink as LedgerLink
+    from ._fleetbudget import LedgerStatus as LedgerStatus
+    from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
+    from ._fleetbudget import SlicedBudget as SlicedBudget
+    from ._fleetbudget import SliceStatistics as SliceStatistics
+    from ._fleetbudget import Spent as Spent
+    from ._llm_judge import Criterion as Criterion
+    from ._llm_judge import LLMJudge as LLMJudge
+    from ._runrows import RUN_COLUMNS as RUN_COLUMNS
+    from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
+    from ._runrows import encode_json as encode_json
+    from ._runrows import renewal_epochs as renewal_epochs
+    from ._runrows import run_of_row as run_of_row
+    from ._runrows import tool_record_of_row as tool_record_of_row
+    from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
+
+#: Public names imported on first use: a fleet's budget, the LLM judge, the SQLite run
+#: store and the SQL row form the SQL stores share (most programs use none of them).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "BudgetLedger",
+            "Grant",
+            "LedgerLink",
+            "LedgerStatus",
+            "LocalLedgerLink",
+            "SlicedBudget",
+            "SliceStatistics",
+            "Spent",
+        ),
+        "_fleetbudget",
+    ),
+    "Criterion": "_llm_judge",
+    "LLMJudge": "_llm_judge",
+    "RUN_COLUMNS": "_runrows",
+    "TOOL_COLUMNS": "_runrows",
+    "encode_json": "_runrows",
+    "renewal_epochs": "_runrows",
+    "run_of_row": "_runrows",
+    "tool_record_of_row": "_runrows",
+    "SQLiteRunStore": "_sqliteruns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 name_errors_by_package(__name__, globals())

@@ -502,8 +502,14 @@ class Run:
             with trail.stage("context"):
                 request = _request(self)
             assert self._model is not None
-            with trail.stage("model"):
+            # ``with trail.stage("model")`` spelled out: a parked frame holds no bound __exit__.
+            trail.stage("model").__enter__()
+            try:
                 outcome = await self._model.call(request)
+            except BaseException as exc:
+                trail.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            trail.__exit__(None, None, None)
             if isinstance(outcome, Decision):
                 return outcome
             response = outcome

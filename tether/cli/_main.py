@@ -30,13 +30,41 @@ from tether.cli._common import (
     UsageError,
     _err,
 )
-from tether.cli._demo_cmd import _cmd_demo
-from tether.cli._eval_cmd import _cmd_eval
-from tether.cli._ray_demo import _cmd_ray_demo
 from tether.cli._replay_cmd import add_parser as add_replay_parser
-from tether.cli._run_cmd import _cmd_run
 from tether.cli._serve_cmd import add_serve
-from tether.cli._trace_cmd import _cmd_trace
+
+# Each command's module is imported when that command runs: ``tether trace``
+# never loads the providers, ``--help`` loads none of them.
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tether.cli._demo_cmd import _cmd_demo as command
+
+    return command(args)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from tether.cli._eval_cmd import _cmd_eval as command
+
+    return command(args)
+
+
+def _cmd_ray_demo(args: argparse.Namespace) -> int:
+    from tether.cli._ray_demo import _cmd_ray_demo as command
+
+    return command(args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tether.cli._run_cmd import _cmd_run as command
+
+    return command(args)
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from tether.cli._trace_cmd import _cmd_trace as command
+
+    return command(args)
 
 
 class _Parser(argparse.ArgumentParser):
