@@ -43,7 +43,6 @@ from tether.providers import (
 )
 
 from ._agent import Agent
-from ._llm_judge import LLMJudge
 from ._recording import Fault, Recording, TrailSource, read_run
 from ._result import RunResult
 from ._startcheck import StartChecked, check_start
@@ -238,6 +237,8 @@ class JudgeReplies:
 def played_judge(agent: Agent[Any, Any], recording: Recording, until: int | None = None) -> Any:
     """``agent``'s judge for a played run: an :class:`~tether.LLMJudge` answered by
     :class:`JudgeReplies`; any other judge as it is (its code runs again)."""
+    from ._llm_judge import LLMJudge  # loaded on first use, as tether.runtime loads it
+
     judge = agent.judge
     if isinstance(judge, LLMJudge):
         return attrs.evolve(judge, provider=JudgeReplies(recording, judge.provider, until))

@@ -159,10 +159,12 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+# vars(), not getattr(): the provider classes that tether.providers loads on first use
+# stay unloaded (the errors are all loaded with the package).
 _ERRORS: dict[str, type[ProviderError]] = {
     _snake(name): cls
-    for name in providers.__all__
-    if isinstance(cls := getattr(providers, name), type) and issubclass(cls, ProviderError)
+    for name, cls in vars(providers).items()
+    if name in providers.__all__ and isinstance(cls, type) and issubclass(cls, ProviderError)
 }
 
 

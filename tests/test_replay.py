@@ -690,7 +690,7 @@ async def test_cli_replay_file_and_store(
     assert "diverged at round 0, stage input" in out
     assert "recorded:" in out
     assert "replayed:" in out
-    url = f"sqlite://{tmp_path / 'runs.db'}"
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
     code = await anyio.to_thread.run_sync(
         cli, "replay", "--store", url, result.run_id, "--agent", f"{module}:agent"
     )

@@ -30,8 +30,6 @@ from tether.cli._common import (
     UsageError,
     _err,
 )
-from tether.cli._replay_cmd import add_parser as add_replay_parser
-from tether.cli._serve_cmd import add_serve
 
 # Each command's module is imported when that command runs: ``tether trace``
 # never loads the providers, ``--help`` loads none of them.
@@ -270,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+    # The two commands that declare their own arguments; light modules (what they run
+    # is imported when they run).
+    from tether.cli._replay_cmd import add_parser as add_replay_parser
+    from tether.cli._serve_cmd import add_serve
+
     add_replay_parser(commands)
     add_serve(commands)
     return parser

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 import anyio
 
-from tether.cli._common import EXIT_OK, UsageError, _err, _out
-from tether.cli._run_cmd import load_agent
+from tether.cli._common import EXIT_OK, UsageError, _err, _out, open_store
 from tether.runtime import (
     Agent,
     Divergence,
     Replay,
     RunStore,
-    SQLiteRunStore,
     TrailError,
     replay,
 )
@@ -26,6 +23,8 @@ EXIT_DIVERGED = 1
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    from tether.cli._run_cmd import load_agent
+
     agent = load_agent(args.agent)
     try:
         if args.store is not None:
@@ -56,28 +55,6 @@ async def _from_store(store: RunStore, run_id: str, agent: Agent, live_tools: bo
         return await replay(store, agent, run_id=run_id, live_tools=live_tools)
     finally:
         await store.aclose()
-
-
-def open_store(url: str, schema: str | None = None) -> RunStore:
-    """The run store at ``url``: ``postgresql://...`` (extra ``postgres``; in ``schema``
-    when given), else a SQLite file (a path, or ``sqlite:///path``)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from tether.postgres import PostgresRunStore
-        except ImportError:
-            raise UsageError(
-                "a PostgreSQL store needs the 'postgres' extra: pip install 'tether[postgres]'"
-            ) from None
-        store: RunStore = (
-            PostgresRunStore(url) if schema is None else PostgresRunStore(url, schema=schema)
-        )
-        return store
-    if schema is not None:
-        raise UsageError("--schema is for a PostgreSQL store (a postgresql:// URL)")
-    path = url.removeprefix("sqlite://")
-    if not os.path.exists(path):
-        raise UsageError(f"no run store at {url!r} (a SQLite file, or a postgresql:// URL)")
-    return SQLiteRunStore(path)
 
 
 def _report(found: Replay) -> int:

@@ -17,29 +17,7 @@ import argparse
 import os
 from typing import Any
 
-from tether.cli._common import EXIT_OK, DataError, UsageError, _err
-from tether.cli._run_cmd import load_agent
-
-
-def open_store(url: str) -> Any:
-    """A run store for ``--store URL``: ``sqlite:///path``, a path, or ``postgresql://...``."""
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from tether.postgres import PostgresRunStore
-        except ImportError as exc:
-            raise UsageError(
-                "a PostgreSQL store needs the 'postgres' extra: "
-                f"pip install 'tether[postgres]' ({exc})"
-            ) from None
-        return PostgresRunStore(url)
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    if "://" in path:
-        raise UsageError(f"--store: not a sqlite:/// path or postgresql:// DSN: {url!r}")
-    if not os.path.exists(path):
-        raise DataError(f"--store: no run store file at {path!r}")
-    import tether
-
-    return tether.SQLiteRunStore(path)
+from tether.cli._common import EXIT_OK, DataError, UsageError, _err, open_store
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -66,6 +44,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             tokens = web.parse_tokens(spec)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    from tether.cli._run_cmd import load_agent
+
     agents = [load_agent(target) for target in args.agent]
     store = open_store(args.store) if args.store else None
     try:
