@@ -2,7 +2,8 @@
 
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
 :mod:`tether.cli._ray_demo`, ``run`` in
-:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``mcp-serve`` in
+:mod:`tether.cli._mcp_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
@@ -30,6 +31,7 @@ from tether.cli._common import (
     _err,
 )
 from tether.cli._demo_cmd import _cmd_demo
+from tether.cli._mcp_cmd import _cmd_mcp_serve
 from tether.cli._ray_demo import _cmd_ray_demo
 from tether.cli._run_cmd import _cmd_run
 from tether.cli._trace_cmd import _cmd_trace
@@ -193,6 +195,24 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+
+    mcp_serve = commands.add_parser(
+        "mcp-serve",
+        help="serve agents as the tools of an MCP server over stdio (extra 'mcp')",
+        description=(
+            "Import each MODULE:AGENT (as 'tether run' does) and serve the agents as the "
+            "tools of an MCP server on stdin and stdout, until stdin closes: a tool call "
+            "is one run (argument 'task'), text deltas are progress notifications, a "
+            "cancelled call cancels its run. Needs the 'mcp' extra: pip install 'tether[mcp]'."
+        ),
+    )
+    mcp_serve.add_argument("targets", metavar="MODULE:AGENT", nargs="+")
+    mcp_serve.add_argument("--name", default="tether", help="the server's name (default: tether)")
+    mcp_serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    mcp_serve.add_argument(
+        "--trace", metavar="FILE.jsonl", help="record every event with JsonlSink (appends)"
+    )
+    mcp_serve.set_defaults(handler=_cmd_mcp_serve)
     return parser
 
 

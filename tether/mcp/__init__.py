@@ -75,7 +75,15 @@ from tether.actors import ToolError, ToolOutput
 from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "MCPResultTooLarge", "MCPServerHTTP", "MCPServerStdio"]
+from tether.mcp._serve import serve
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "MCPResultTooLarge",
+    "MCPServerHTTP",
+    "MCPServerStdio",
+    "serve",
+]
 
 #: A tool result's bound by default (``max_result_bytes``): the provider response cap's.
 DEFAULT_MAX_RESULT_BYTES = 8 * 1024 * 1024
