@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from importlib import metadata
 from typing import Any
 
@@ -75,7 +76,7 @@ except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check th
 from tether import events as ev
 from tether.runtime import EventSink, Termination, combine
 
-__all__ = ["EventSink", "OtelSink", "combine"]
+__all__ = ["EventSink", "OtelSink", "combine", "tool_call_span"]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
 
@@ -156,6 +157,12 @@ class OtelSink:
         self.capture_content = capture_content
         self._runs: dict[str, _RunSpans] = {}
         self._failed = False
+        _SINKS.add(self)
+
+    def tool_span(self, run_id: str, call_id: str) -> Span | None:
+        """The open ``execute_tool`` span of a tool call in flight, or ``None``."""
+        run = self._runs.get(run_id)
+        return None if run is None else run.tools.get(call_id)
 
     @property
     def open_runs(self) -> int:
@@ -520,6 +527,25 @@ class OtelSink:
         if run.round is not None:
             run.round.end(end_time=at)
             run.round = None
+
+
+#: The sinks alive in this process, for :func:`tool_call_span`.
+_SINKS: weakref.WeakSet[OtelSink] = weakref.WeakSet()
+
+
+def tool_call_span(run_id: str, call_id: str) -> Span | None:
+    """The open ``execute_tool`` span of a tool call in flight, in any live
+    :class:`OtelSink`, or ``None``.
+
+    A tool that calls another service makes it current to carry the trace on
+    (``tether.mcp`` does, into ``params._meta.traceparent``): the sink's spans
+    are made from events, so they are never current by themselves.
+    """
+    for sink in list(_SINKS):
+        span = sink.tool_span(run_id, call_id)
+        if span is not None:
+            return span
+    return None
 
 
 def _fail(span: Span, error_type: str, description: str) -> None:

@@ -76,6 +76,7 @@ from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
 from tether.mcp._serve import serve
+from tether.mcp._trace import tool_call_trace
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
@@ -312,7 +313,8 @@ class _MCPSession:
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         try:
-            result = await self._client.call_tool(name, arguments)
+            with tool_call_trace():
+                result = await self._client.call_tool(name, arguments)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise ConnectionLost(exc.message) from None
