@@ -313,7 +313,7 @@ class _MCPSession:
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         try:
-            with tool_call_trace():
+            async with tool_call_trace():
                 result = await self._client.call_tool(name, arguments)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:

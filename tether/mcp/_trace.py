@@ -16,17 +16,30 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from functools import partial
+
+import anyio.to_thread
 
 from tether.actors import current_tool_context
 
+#: How long a call waits for a sink that follows its run to open the call's span
+#: (sinks run in a thread of their own, behind the run; this is usually instant).
+SPAN_WAIT_S = 1.0
 
-@contextlib.contextmanager
-def tool_call_trace() -> Iterator[None]:
+
+@contextlib.asynccontextmanager
+async def tool_call_trace() -> AsyncIterator[None]:
     """Make the current tool call's ``execute_tool`` span current, if there is one."""
     otel = sys.modules.get("tether.otel")
     call = current_tool_context() if otel is not None else None
-    span = None if call is None else otel.tool_call_span(call.run_id, call.call_id)  # type: ignore[union-attr]
+    if otel is None or call is None:
+        yield
+        return
+    span = otel.tool_call_span(call.run_id, call.call_id)
+    if span is None:
+        find = partial(otel.tool_call_span, call.run_id, call.call_id, wait_s=SPAN_WAIT_S)
+        span = await anyio.to_thread.run_sync(find, abandon_on_cancel=True)
     if span is None:
         yield
         return
@@ -39,4 +52,4 @@ def tool_call_trace() -> Iterator[None]:
         context.detach(token)
 
 
-__all__ = ["tool_call_trace"]
+__all__ = ["SPAN_WAIT_S", "tool_call_trace"]
