@@ -1,4 +1,4 @@
-"""Agents that tests/test_mcp_serve.py serves over MCP (``tether mcp-serve tests/mcp_served.py:echo``).
+"""Agents that tests/test_mcp_serve.py serves over MCP (``tether mcp-serve FILE:echo``).
 
 ``echo`` answers ``echo: TASK`` in pieces of four characters (text deltas:
 progress); ``waiter`` calls its tool ``hang``, which never returns (a call to

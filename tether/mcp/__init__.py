@@ -72,11 +72,10 @@ except ImportError as exc:  # tests/test_extras.py hides the SDK to check this
     ) from exc
 
 from tether.actors import ToolError, ToolOutput
-from tether.providers import Image
-from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
-
 from tether.mcp._serve import serve
 from tether.mcp._trace import tool_call_trace
+from tether.providers import Image
+from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
