@@ -28,7 +28,7 @@ Both protocol revisions the SDK serves are served: the ``initialize`` handshake
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import anyio
@@ -37,19 +37,10 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
 
 from tether import events as ev
 from tether.runtime import Agent, RunHandleLike, RuntimeLike
-
-#: An ASGI application: what ``serve(..., transport="http")`` returns.
-ASGIApp = Callable[
-    [
-        MutableMapping[str, Any],
-        Callable[[], Awaitable[MutableMapping[str, Any]]],
-        Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
 
 #: How long a cancelled call waits for its run to end before it lets go of it.
 CANCEL_GRACE_S = 10.0
@@ -212,7 +203,7 @@ def serve(
     transport: Literal["http"],
     name: str = ...,
     path: str = ...,
-) -> ASGIApp: ...
+) -> Starlette: ...
 
 
 def serve(
@@ -222,14 +213,16 @@ def serve(
     transport: Literal["stdio", "http"] = "stdio",
     name: str = "tether",
     path: str = "/mcp",
-) -> Coroutine[Any, Any, None] | ASGIApp:
+) -> Coroutine[Any, Any, None] | Starlette:
     """Serve ``agents`` as the tools of an MCP server named ``name`` (see the module).
 
     ``transport="stdio"`` returns a coroutine that serves the process's stdin and
     stdout until stdin closes (``await tether.mcp.serve([agent], runtime=rt)``);
-    ``"http"`` returns an ASGI app serving streamable HTTP at ``path`` (its
-    lifespan must run: uvicorn and hypercorn run it). ``runtime`` is a Runtime the
-    caller has entered and keeps open while serving.
+    ``"http"`` returns an ASGI app (a Starlette app) serving streamable HTTP at
+    ``path``; its lifespan runs the SDK's session manager, so it must run: uvicorn
+    and hypercorn run it, and an app that mounts this one runs it in its own
+    (``app.router.lifespan_context(app)``). ``runtime`` is a Runtime the caller
+    has entered, in the same event loop, and keeps open while serving.
     """
     if transport not in ("stdio", "http"):
         raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
@@ -237,8 +230,7 @@ def serve(
         raise ValueError(f"path must start with '/', got {path!r}")
     server = build_server(agents, runtime=runtime, name=name)
     if transport == "http":
-        app: ASGIApp = server.streamable_http_app(streamable_http_path=path)
-        return app
+        return server.streamable_http_app(streamable_http_path=path)
     return _serve_stdio(server)
 
 
@@ -247,4 +239,4 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-__all__ = ["CANCEL_GRACE_S", "ASGIApp", "build_server", "serve"]
+__all__ = ["CANCEL_GRACE_S", "build_server", "serve"]
