@@ -13,6 +13,7 @@ import contextlib
 import json
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 pytest.importorskip("mcp")
@@ -38,7 +40,7 @@ import tether
 from tether import events as ev
 from tether.mcp import MCPServerStdio, serve
 from tether.mcp._serve import build_server
-from tether.otel import OtelSink
+from tether.otel import OtelSink, combine
 from tether.providers import Reply, ScriptedProvider, ToolCall
 
 from . import mcp_served
@@ -387,3 +389,49 @@ async def test_without_otel_no_traceparent_is_sent() -> None:
         result = await rt.run(agent, "q")
     (call,) = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
     assert call.content == ""
+
+
+class HeldAtToolCall:
+    """An event sink that holds the sink thread at a ``ToolCallStarted`` until released:
+    a sink after it (an ``OtelSink``) follows the run but has not opened the call's span."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ToolCallStarted):
+            self.reached.set()
+            self.release.wait(30)
+
+
+async def test_a_run_cancelled_while_its_call_waits_for_its_span_leaks_nothing(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """Cancelled while the MCP call waits for the OtelSink to open its span (the sink
+    thread is behind): the run ends cancelled, the server was never called, and
+    nothing is left running."""
+    provider, _ = spans
+    held = HeldAtToolCall()
+    agent = tether.Agent(
+        name="held",
+        provider=ScriptedProvider(
+            [Reply(tool_calls=[ToolCall(name="traceparent", arguments={})]), Reply(text="ok")]
+        ),
+        tools=[MCPServerStdio(sys.executable, [SERVER, "stdio"], name="box")],
+    )
+    before = task_names()
+    try:
+        async with tether.Runtime(event_sink=combine(held, OtelSink(provider))) as rt:
+            handle = rt.start(agent, "q")
+            await anyio.to_thread.run_sync(held.reached.wait, 30)
+            await anyio.wait_all_tasks_blocked()  # the call waits in its worker thread
+            handle.cancel()
+            result = await handle.result()
+            held.release.set()  # before the Runtime waits for its sink to catch up
+    finally:
+        held.release.set()
+    assert result.termination is tether.Termination.CANCELLED
+    (call,) = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert call.outcome == "cancelled"
+    assert task_names() == before
