@@ -419,6 +419,7 @@ async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: Ht
             Reply(text="5, over http"),
         ),
         tools=[stdio(), MCPServerHTTP(http_server.url, name="web", prefix="web_")],
+        discovery="off",  # two servers' tools are past the "auto" threshold
     )
     result = await run(agent, "add 2 and 3, and echo over http")
     assert result.termination is tether.Termination.ANSWERED

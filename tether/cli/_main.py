@@ -198,15 +198,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp_serve = commands.add_parser(
         "mcp-serve",
-        help="serve agents as the tools of an MCP server over stdio (extra 'mcp')",
+        help="serve agents as the tools of an MCP server (stdio or HTTP; extra 'mcp')",
         description=(
             "Import each MODULE:AGENT (as 'tether run' does) and serve the agents as the "
-            "tools of an MCP server on stdin and stdout, until stdin closes: a tool call "
-            "is one run (argument 'task'), text deltas are progress notifications, a "
-            "cancelled call cancels its run. Needs the 'mcp' extra: pip install 'tether[mcp]'."
+            "tools of an MCP server on stdin and stdout, until stdin closes, or with --http "
+            "over streamable HTTP at /mcp (uvicorn on asyncio, hypercorn on trio; the URL is "
+            "printed on stderr): a tool call is one run (argument 'task'), text deltas are "
+            "progress notifications, a cancelled call cancels its run. Needs the 'mcp' "
+            "extra: pip install 'tether[mcp]'."
         ),
     )
     mcp_serve.add_argument("targets", metavar="MODULE:AGENT", nargs="+")
+    mcp_serve.add_argument(
+        "--http", type=int, metavar="PORT", help="serve HTTP on this port (0: a free one)"
+    )
+    mcp_serve.add_argument("--host", default="127.0.0.1", help="with --http (default: 127.0.0.1)")
     mcp_serve.add_argument("--name", default="tether", help="the server's name (default: tether)")
     mcp_serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     mcp_serve.add_argument(
