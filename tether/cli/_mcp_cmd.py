@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 from typing import Any
 
 import anyio
+import sniffio
 
 from tether.cli._common import UsageError, _open_sink
 from tether.cli._run_cmd import load_agent
@@ -70,30 +72,36 @@ async def _serve(
             await serve(agents, runtime=rt, name=name)
             return
         app = serve(agents, runtime=rt, name=name, transport="http")
-        host, port = sock.getsockname()[:2]
-        print(f"tether mcp-serve: http://{host}:{port}/mcp", file=sys.stderr, flush=True)
         await _serve_http(app, sock)
 
 
-async def _serve_http(app: Any, sock: socket.socket) -> None:
-    """Serve ``app`` on ``sock``: uvicorn on asyncio, hypercorn on trio."""
-    try:
-        import trio
+def _say_where(sock: socket.socket) -> None:
+    host, port = sock.getsockname()[:2]
+    print(f"tether mcp-serve: http://{host}:{port}/mcp", file=sys.stderr, flush=True)
 
-        trio.lowlevel.current_task()
-        on_trio = True
-    except (ImportError, RuntimeError):
-        on_trio = False
-    if on_trio:
+
+async def _serve_http(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until SIGINT or SIGTERM: uvicorn on asyncio (its own
+    signal handling), hypercorn on trio (stopped by this function's)."""
+    if sniffio.current_async_library() == "trio":
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
         config = Config()
         config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn closes the one it gets
         config.loglevel = "WARNING"
-        await serve(app, config)
+        # Caught before the URL is told: a signal from then on stops the server gently.
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+            async def stopped() -> None:
+                async for _ in signals:
+                    return
+
+            _say_where(sock)
+            await serve(app, config, shutdown_trigger=stopped)
         return
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    _say_where(sock)
     await server.serve(sockets=[sock])
