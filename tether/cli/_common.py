@@ -62,6 +62,7 @@ exit codes of 'tether run' (by termination class):
 every command:
   64  usage error: bad arguments, a module, attribute or file not found
   65  'tether trace': a line of the file is not a tether event
+'tether replay': 0 identical, 1 diverged
   130 interrupted (Ctrl-C)
 """
 
