@@ -1,9 +1,12 @@
 """A small MCP server for the tests, written with the SDK's own server API.
 
-``python tests/mcp_server.py stdio [more]`` serves it over stdin and stdout
+``python tests/mcp_server.py stdio [more] [legacy]`` serves it over stdin and stdout
 (``more``: with the tools ``stuck`` and ``big`` too);
-``python tests/mcp_server.py http [PORT]`` over streamable HTTP on 127.0.0.1
+``python tests/mcp_server.py http [PORT] [legacy]`` over streamable HTTP on 127.0.0.1
 (port 0: an ephemeral one), printing the port on the first line of stdout.
+``legacy``: the server speaks only the handshake revisions (2025-11-25 and before):
+its ``server/discover`` names none of the 2026-07-28 ones, so clients fall back
+to ``initialize``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.runner import serve_loop
+from mcp.server.stdio import stdio_server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
@@ -75,6 +82,19 @@ def big(megabytes: float) -> str:
 
 
 @server.tool(structured_output=False)
+def revision(ctx: Context) -> str:
+    """The protocol revision of the connection this call came on."""
+    return str(ctx.request_context.protocol_version)
+
+
+@server.tool(structured_output=False)
+def traceparent(ctx: Context) -> str:
+    """The ``traceparent`` of this call's ``_meta`` ("" when it has none)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("traceparent", ""))
+
+
+@server.tool(structured_output=False)
 def header(name: str, ctx: Context) -> str:
     """The value of an HTTP request header ("" over stdio, or when absent)."""
     request = ctx.request_context.request
@@ -109,7 +129,7 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
-async def _serve_http(port: int) -> None:
+async def _serve_http(port: int, legacy: bool) -> None:
     import uvicorn
 
     sock = socket.socket()
@@ -117,15 +137,52 @@ async def _serve_http(port: int) -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen()  # connections wait in the backlog until uvicorn takes them
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    app = server.streamable_http_app()
+    config = uvicorn.Config(_legacy_http(app) if legacy else app, log_level="warning")
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
+def _legacy_http(app: Any) -> Any:
+    """``app`` refusing 2026-07-28 requests as a server of 2025-11-25 would (HTTP 400)."""
+
+    async def legacy(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if headers.get(b"mcp-protocol-version", b"") in MODERN:
+                await send({"type": "http.response.start", "status": 400, "headers": []})
+                await send({"type": "http.response.body", "body": b"unsupported version"})
+                return
+        await app(scope, receive, send)
+
+    return legacy
+
+
+MODERN = {v.encode() for v in MODERN_PROTOCOL_VERSIONS}
+
+
+async def _serve_legacy_stdio() -> None:
+    """The handshake-only loop: a server/discover before initialize is refused."""
+    lowlevel = server._lowlevel_server
+    async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+        await serve_loop(
+            lowlevel,
+            read,
+            write,
+            lifespan_state=state,
+            init_options=lowlevel.create_initialization_options(),
+        )
+
+
 if __name__ == "__main__":
+    legacy = "legacy" in sys.argv[2:]
+    if legacy:
+        sys.argv.remove("legacy")
     if "more" in sys.argv[2:]:  # tools some tests add (more would change discovery for all)
         server.add_tool(stuck, structured_output=False)
         server.add_tool(big, structured_output=False)
     if sys.argv[1:2] == ["http"]:
-        anyio.run(_serve_http, int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+        anyio.run(_serve_http, int(sys.argv[2]) if len(sys.argv) > 2 else 0, legacy)
+    elif legacy:
+        anyio.run(_serve_legacy_stdio)
     else:
         server.run()

@@ -23,6 +23,8 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+
 import tether
 from tether import events as ev
 from tether.actors import RestartPolicy
@@ -43,17 +45,29 @@ pytestmark = pytest.mark.anyio
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
 
-def stdio(**options: Any) -> MCPServerStdio:
-    """The test server over stdio, as a fresh toolset (one connection per Runtime)."""
+#: The protocol revisions the client is tested with: the newest stable one the SDK
+#: speaks, and the previous one (the last of the ``initialize`` handshake).
+REVISIONS = (LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION)
+
+
+def stdio(*flags: str, **options: Any) -> MCPServerStdio:
+    """The test server over stdio, as a fresh toolset (one connection per Runtime);
+    ``"legacy"`` in ``flags``: a server of the handshake revisions only."""
     options.setdefault("name", "box")
-    return MCPServerStdio(sys.executable, [SERVER, "stdio"], **options)
+    return MCPServerStdio(sys.executable, [SERVER, "stdio", *flags], **options)
+
+
+def revision_flags(revision: str) -> tuple[str, ...]:
+    """The test server's flags for a server of ``revision``."""
+    return ("legacy",) if revision == LATEST_HANDSHAKE_VERSION else ()
 
 
 class HttpServer:
     """The test server over streamable HTTP, in a subprocess on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, *flags: str) -> None:
         self.port = 0
+        self.flags = flags
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -63,7 +77,7 @@ class HttpServer:
     def start(self) -> None:
         """Start it (again on the same port, once it has one)."""
         process = subprocess.Popen(
-            [sys.executable, SERVER, "http", str(self.port)],
+            [sys.executable, SERVER, "http", str(self.port), *self.flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -252,15 +266,19 @@ async def test_discovery_searches_the_servers_tools() -> None:
 # ---------------------------------------------------------------- list changes
 
 
-async def test_a_list_change_reaches_the_next_round() -> None:
-    """notifications/tools/list_changed: the next round offers the new catalogue."""
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_a_list_change_reaches_the_next_round(revision: str) -> None:
+    """A list change (a listen stream's event at 2026-07-28, a
+    notifications/tools/list_changed before): the next round offers the new catalogue."""
     offered: list[set[str]] = []
 
     def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
         offered.append({d.name for d in request.tools})
         return [use("grow"), use("late", word="hi"), Reply(text="HI")][len(offered) - 1]
 
-    agent = tether.Agent(name="a", provider=ScriptedProvider(script), tools=[stdio()])
+    agent = tether.Agent(
+        name="a", provider=ScriptedProvider(script), tools=[stdio(*revision_flags(revision))]
+    )
     result = await run(agent)
     assert "late" not in offered[0]
     assert "late" in offered[1]
@@ -401,6 +419,7 @@ async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: Ht
             Reply(text="5, over http"),
         ),
         tools=[stdio(), MCPServerHTTP(http_server.url, name="web", prefix="web_")],
+        discovery="off",  # two servers' tools are past the "auto" threshold
     )
     result = await run(agent, "add 2 and 3, and echo over http")
     assert result.termination is tether.Termination.ANSWERED
@@ -412,6 +431,46 @@ async def test_done_when_an_agent_answers_through_stdio_and_http(http_server: Ht
     ]
     assert [e.server for e in of(result.events, ev.MCPToolsListed)] == ["box", "web"]
     assert result.summary() == "Model → Tools(2) → Model → answered"
+
+
+# On trio, the SDK's streamable HTTP client leaves the async generators of its
+# 2025-era GET stream (httpx2's SSE reader) to the garbage collector when it
+# closes: a ResourceWarning from inside the SDK, not a leak of tether's.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_both_revisions_over_stdio_and_http(revision: str) -> None:
+    """Servers of the newest stable revision and of the previous one (2025-11-25),
+    over stdio and over HTTP: the connection speaks theirs, and calls work."""
+    web = HttpServer(*revision_flags(revision))
+    web.start()
+    try:
+        agent = tether.Agent(
+            name="both",
+            provider=calls(
+                Reply(
+                    tool_calls=[
+                        ToolCall(name="revision", arguments={}),
+                        ToolCall(name="web_revision", arguments={}),
+                    ]
+                ),
+                use("add", a=2, b=3),
+                Reply(text="done"),
+            ),
+            tools=[
+                stdio(*revision_flags(revision)),
+                MCPServerHTTP(web.url, name="web", prefix="web_"),
+            ],
+            discovery="off",
+        )
+        result = await run(agent)
+    finally:
+        web.stop()
+    assert result.termination is tether.Termination.ANSWERED
+    assert sorted(finished(result)) == [
+        ("add", "ok", '{"result":5}'),
+        ("revision", "ok", revision),
+        ("web_revision", "ok", revision),
+    ]
 
 
 async def test_an_http_server_killed_mid_call_is_reconnected(http_server: HttpServer) -> None:

@@ -73,6 +73,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -94,7 +96,7 @@ from tether.runtime import EventSink, Termination, combine
 if TYPE_CHECKING:
     from tether.evals import CaseResult
 
-__all__ = ["EventSink", "OtelEvalRecorder", "OtelSink", "combine"]
+__all__ = ["EventSink", "OtelEvalRecorder", "OtelSink", "combine", "tool_call_span"]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
 
@@ -175,6 +177,16 @@ class OtelSink:
         self.capture_content = capture_content
         self._runs: dict[str, _RunSpans] = {}
         self._failed = False
+        _SINKS.add(self)
+
+    def tool_span(self, run_id: str, call_id: str) -> Span | None:
+        """The open ``execute_tool`` span of a tool call in flight, or ``None``."""
+        run = self._runs.get(run_id)
+        return None if run is None else run.tools.get(call_id)
+
+    def follows(self, run_id: str) -> bool:
+        """Whether this sink has the run's spans open (its ``RunStarted`` came)."""
+        return run_id in self._runs
 
     @property
     def open_runs(self) -> int:
@@ -482,6 +494,9 @@ class OtelSink:
             attributes=attributes,
             start_time=_ns(event.at),
         )
+        if _TOOL_SPAN_WAITERS:
+            with _TOOL_SPAN_OPENED:
+                _TOOL_SPAN_OPENED.notify_all()
 
     def _tool_finished(self, run: _RunSpans, event: ev.ToolCallFinished) -> None:
         span = run.tools.pop(event.call_id, None)
@@ -548,6 +563,52 @@ class OtelSink:
         if run.round is not None:
             run.round.end(end_time=at)
             run.round = None
+
+
+#: The sinks alive in this process, for :func:`tool_call_span`.
+_SINKS: weakref.WeakSet[OtelSink] = weakref.WeakSet()
+
+
+#: Signalled when a sink opens a tool call's span, for threads in :func:`tool_call_span`.
+_TOOL_SPAN_OPENED = threading.Condition()
+#: How many threads wait in :func:`tool_call_span` (the sinks signal only then).
+_TOOL_SPAN_WAITERS: list[None] = []
+
+
+def tool_call_span(run_id: str, call_id: str, *, wait_s: float = 0.0) -> Span | None:
+    """The open ``execute_tool`` span of a tool call in flight, in any live
+    :class:`OtelSink`, or ``None``.
+
+    A tool that calls another service makes it current to carry the trace on
+    (``tether.mcp`` does, into ``params._meta.traceparent``): the sink's spans
+    are made from events, so they are never current by themselves. A sink runs
+    in a thread of its own, behind the run: with ``wait_s``, when a sink follows
+    the run but has not yet opened the call's span, this blocks (the thread)
+    until it has, at most ``wait_s`` seconds. Call it from a worker thread then.
+    """
+    span, followed = _find_tool_span(run_id, call_id)
+    if span is not None or not followed or wait_s <= 0:
+        return span
+    with _TOOL_SPAN_OPENED:
+        _TOOL_SPAN_WAITERS.append(None)
+        try:
+            _TOOL_SPAN_OPENED.wait_for(
+                lambda: _find_tool_span(run_id, call_id)[0] is not None, timeout=wait_s
+            )
+        finally:
+            _TOOL_SPAN_WAITERS.pop()
+    return _find_tool_span(run_id, call_id)[0]
+
+
+def _find_tool_span(run_id: str, call_id: str) -> tuple[Span | None, bool]:
+    """The call's span in a live sink, and whether any live sink follows the run."""
+    followed = False
+    for sink in list(_SINKS):
+        span = sink.tool_span(run_id, call_id)
+        if span is not None:
+            return span, True
+        followed = followed or sink.follows(run_id)
+    return None, followed
 
 
 def _fail(span: Span, error_type: str, description: str) -> None:

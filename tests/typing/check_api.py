@@ -260,6 +260,17 @@ def mcp_servers() -> tether.Agent:
     return tether.Agent(name="m", provider=ScriptedProvider([]), tools=[add, files, web, picky])
 
 
+async def mcp_served(agent: tether.Agent, other: tether.Agent[Any, Trip]) -> None:
+    """Agents served as MCP tools: stdio is a coroutine to await, HTTP an ASGI app."""
+    from starlette.applications import Starlette
+
+    from tether.mcp import serve
+
+    async with tether.Runtime() as rt:
+        assert_type(serve([agent, other], runtime=rt, transport="http"), Starlette)
+        await serve(agent, runtime=rt, name="helpers")
+
+
 # ---------------------------------------------------------- DESIGN §28: one runtime interface
 
 

@@ -3,7 +3,8 @@
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
 :mod:`tether.cli._ray_demo`, ``run`` in :mod:`tether.cli._run_cmd`, ``eval`` in
 :mod:`tether.cli._eval_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``replay`` in
-:mod:`tether.cli._replay_cmd`, ``serve`` in :mod:`tether.cli._serve_cmd`; what they share
+:mod:`tether.cli._replay_cmd`, ``serve`` in :mod:`tether.cli._serve_cmd`, ``mcp-serve`` in
+:mod:`tether.cli._mcp_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
@@ -61,6 +62,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from tether.cli._trace_cmd import _cmd_trace as command
+
+    return command(args)
+
+
+def _cmd_mcp_serve(args: argparse.Namespace) -> int:
+    from tether.cli._mcp_cmd import _cmd_mcp_serve as command
 
     return command(args)
 
@@ -268,6 +275,29 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+    mcp_serve = commands.add_parser(
+        "mcp-serve",
+        help="serve agents as the tools of an MCP server (stdio or HTTP; extra 'mcp')",
+        description=(
+            "Import each MODULE:AGENT (as 'tether run' does) and serve the agents as the "
+            "tools of an MCP server on stdin and stdout, until stdin closes, or with --http "
+            "over streamable HTTP at /mcp (uvicorn on asyncio, hypercorn on trio; the URL is "
+            "printed on stderr): a tool call is one run (argument 'task'), text deltas are "
+            "progress notifications, a cancelled call cancels its run. Needs the 'mcp' "
+            "extra: pip install 'tether[mcp]'."
+        ),
+    )
+    mcp_serve.add_argument("targets", metavar="MODULE:AGENT", nargs="+")
+    mcp_serve.add_argument(
+        "--http", type=int, metavar="PORT", help="serve HTTP on this port (0: a free one)"
+    )
+    mcp_serve.add_argument("--host", default="127.0.0.1", help="with --http (default: 127.0.0.1)")
+    mcp_serve.add_argument("--name", default="tether", help="the server's name (default: tether)")
+    mcp_serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    mcp_serve.add_argument(
+        "--trace", metavar="FILE.jsonl", help="record every event with JsonlSink (appends)"
+    )
+    mcp_serve.set_defaults(handler=_cmd_mcp_serve)
     # The two commands that declare their own arguments; light modules (what they run
     # is imported when they run).
     from tether.cli._replay_cmd import add_parser as add_replay_parser

@@ -72,10 +72,18 @@ except ImportError as exc:  # tests/test_extras.py hides the SDK to check this
     ) from exc
 
 from tether.actors import ToolError, ToolOutput
+from tether.mcp._serve import serve
+from tether.mcp._trace import tool_call_trace
 from tether.providers import Image
 from tether.runtime import ConnectionLost, RemoteTool, Signals, Toolset, ToolsetSession
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "MCPResultTooLarge", "MCPServerHTTP", "MCPServerStdio"]
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "MCPResultTooLarge",
+    "MCPServerHTTP",
+    "MCPServerStdio",
+    "serve",
+]
 
 #: A tool result's bound by default (``max_result_bytes``): the provider response cap's.
 DEFAULT_MAX_RESULT_BYTES = 8 * 1024 * 1024
@@ -304,7 +312,8 @@ class _MCPSession:
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         try:
-            result = await self._client.call_tool(name, arguments)
+            async with tool_call_trace():
+                result = await self._client.call_tool(name, arguments)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise ConnectionLost(exc.message) from None
