@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 import pytest
 
@@ -303,25 +304,42 @@ def test_serve_serves_a_store_on_loopback(tmp_path: Path) -> None:
         assert json.loads(result)["termination"] == "answered"
 
 
-async def test_replay_is_offered_only_with_tether_replay(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A finished run's page offers a replay command only when tether.replay exists."""
-    import sys
-    import types
-
-    from tether.web._render import replay_available
-
+async def test_a_finished_run_replays_from_its_page(tmp_path: Path) -> None:
+    """With its agent known, a finished run's page replays it offline: ``identical``;
+    a changed judge is reported where it diverged; without the agent, the page shows
+    the command instead and the action says which agent is missing; with tokens the
+    replay needs one."""
     path = tmp_path / "runs.db"
     await fill(path)
     store = tether.SQLiteRunStore(path)
+    stricter = attrs.evolve(
+        calc(), judge=tether.RuleJudge({"mentions_sum": lambda c: (0.0, "never enough")})
+    )
     try:
         async with client(web.app(store=store)) as c:
-            present = replay_available()  # tether.replay comes from another branch
-            assert ("tether replay --store" in (await c.get("/runs/calc-0")).text) is present
-            monkeypatch.setitem(sys.modules, "tether.replay", types.ModuleType("tether.replay"))
             page = (await c.get("/runs/calc-0")).text
             assert "tether replay --store STORE_URL calc-0 --agent MODULE:AGENT" in page
+            refused = await c.post("/runs/calc-0/replay")
+            assert refused.status_code == 409
+            assert "no agent 'calc'" in refused.json()["error"]
+        async with client(web.app(store=store, agents=[calc()])) as c:
+            assert "Replay this run" in (await c.get("/runs/calc-0")).text
+            assert "Replay this run" not in (await c.get("/runs/ask-0")).text  # parked
+            same = (await c.post("/runs/calc-0/replay")).json()
+            assert (same["identical"], same["message"]) == (True, "identical")
+        async with client(web.app(store=store, agents=[stricter])) as c:
+            changed = (await c.post("/runs/calc-1/replay")).json()
+            assert changed["identical"] is False
+            assert changed["divergence"]["stage"] == "judge"
+            assert changed["message"].startswith("diverged at round")
+        async with tether.Runtime(store=store) as rt:
+            guarded = web.app(store=store, runtime=rt, tokens={"me": TOKEN}, agents=[calc()])
+            async with client(guarded) as c:
+                assert (await c.post("/runs/calc-0/replay")).status_code == 401
+                answer = await c.post(
+                    "/runs/calc-0/replay", headers={"authorization": f"Bearer {TOKEN}"}
+                )
+                assert answer.json()["identical"] is True
     finally:
         await store.aclose()
 

@@ -21,7 +21,7 @@ from tether import web
 
 from .browser import ARTIFACTS, serve_asgi
 from .browser import page as page
-from .viewer_agents import GATES, asker, fill, gated
+from .viewer_agents import GATES, asker, calc, fill, gated
 
 TOKEN = "s3cret-viewer-token"
 DOCS_SHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "viewer-run.png"
@@ -70,7 +70,9 @@ class Hosted:
                     for run_id, key in self.start.items():
                         GATES.setdefault(key, threading.Event())
                         await rt.submit(gated(), key, run_id=run_id)  # recorded on return
-                    self.viewer = web.app(store=store, runtime=rt, tokens={"tests": TOKEN})
+                    self.viewer = web.app(
+                        store=store, runtime=rt, tokens={"tests": TOKEN}, agents=[calc()]
+                    )
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     for gate in GATES.values():
@@ -157,6 +159,14 @@ def test_a_run_page_shows_every_round_tool_call_and_judgement(served: str, page:
         shutil.copy(rounds, DOCS_SHOT)
     page.goto(served + "/runs/loop-0")
     assert "max_steps" in page.locator("li.ev.finish").inner_text()
+
+
+def test_a_finished_run_replays_from_its_page(served: str, page: Any) -> None:
+    """The Replay button re-runs the agent's code offline; the page says ``identical``."""
+    page.goto(served + "/runs/calc-2")
+    use_token(page)
+    page.get_by_role("button", name="Replay this run").click()
+    page.get_by_role("status").get_by_text("replay: identical").wait_for()
 
 
 def test_an_action_without_a_token_is_refused(served: str, page: Any) -> None:

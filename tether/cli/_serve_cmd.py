@@ -50,7 +50,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     store = open_store(args.store) if args.store else None
     try:
         if read_only:
-            viewer = web.app(store=store, trace=args.trace, read_only=True, redact=args.redact)
+            viewer = web.app(
+                store=store, trace=args.trace, read_only=True, redact=args.redact, agents=agents
+            )
         else:
             assert store is not None  # a trace is read-only
             viewer = web.standalone(store=store, agents=agents, tokens=tokens, redact=args.redact)

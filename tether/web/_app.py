@@ -37,6 +37,8 @@ from tether.runtime import (
     Runtime,
     RuntimeLike,
     StoredRun,
+    TrailError,
+    replay,
 )
 
 from ._render import View, list_page, run_header, run_page, timeline_html
@@ -94,6 +96,7 @@ def app(
     read_only: bool = False,
     redact: bool = False,
     limits: Mapping[str, Mapping[str, float | None]] | None = None,
+    agents: Sequence[Agent[Any, Any]] = (),
 ) -> ASGIApp:
     """The run viewer, an ASGI app to serve or mount (see the module docstring).
 
@@ -105,6 +108,9 @@ def app(
     be built unless ``read_only=True`` (which hides the actions). ``redact`` hides
     message contents (input, output, texts, arguments, results). ``limits``: per
     agent name, the ceilings to draw usage against (``{"max_steps": 10, ...}``).
+    ``agents``: the agents whose runs a page offers to replay (:func:`tether.replay`:
+    their code against the recorded run, offline; it changes nothing, so a read-only
+    viewer offers it too; with tokens it needs one, as the actions do).
     """
     if (store is None) == (trace is None):
         raise ValueError("tether.web.app() needs one of store= or trace=")
@@ -136,6 +142,7 @@ def app(
         dict(tokens or {}),
         redact=redact,
         limits={k: dict(v) for k, v in (limits or {}).items()},
+        agents={agent.name: agent for agent in agents},
     )
 
 
@@ -182,7 +189,12 @@ def standalone(
         try:
             async with Runtime(store=store, agents=list(agents)) as rt:
                 holder["viewer"] = app(
-                    store=store, runtime=rt, tokens=given, redact=redact, limits=kept
+                    store=store,
+                    runtime=rt,
+                    tokens=given,
+                    redact=redact,
+                    limits=kept,
+                    agents=agents,
                 )
                 await send({"type": "lifespan.startup.complete"})
                 started = True
@@ -209,8 +221,10 @@ class _Viewer:
         *,
         redact: bool,
         limits: Mapping[str, Mapping[str, float | None]],
+        agents: Mapping[str, Agent[Any, Any]],
     ) -> None:
         self.source = source
+        self.agents = agents
         self.runtime = runtime
         self._tokens = [t.encode() for t in tokens.values()]
         self.redact = redact
@@ -223,6 +237,7 @@ class _Viewer:
             root=str(scope.get("root_path", "")).rstrip("/"),
             redact=self.redact,
             actions=self.runtime is not None,
+            replayable=frozenset(self.agents),
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -256,6 +271,8 @@ class _Viewer:
                     await self.stream(send, receive, run_id)
                 elif method == "POST" and verb in ("approve", "reject", "cancel"):
                     await self.act(scope, receive, send, run_id, verb)
+                elif method == "POST" and verb == "replay":
+                    await self.replay(scope, receive, send, run_id)
                 else:
                     raise _Refused(405 if verb in ("", "approve") else 404, "not found")
             else:
@@ -418,6 +435,47 @@ class _Viewer:
         await _respond(
             send, 200, json.dumps({"ok": True, "action": verb}).encode(), "application/json"
         )
+
+    async def replay(self, scope: Scope, receive: Receive, send: Send, run_id: str) -> None:
+        """Replay a run against its agent's code (:func:`tether.replay`), offline: the
+        answer says ``identical`` or where it first diverged."""
+        form = await _form(receive)
+        if self._tokens:
+            self._authorized(scope, form)
+        run = await self._found(run_id)
+        agent = self.agents.get(run.agent)
+        if agent is None:
+            raise _Refused(
+                409,
+                f"this viewer has no agent {run.agent!r} to replay the run with "
+                "(tether.web.app(agents=[...]), tether serve --agent MODULE:AGENT)",
+            )
+        if run.status != "finished":
+            raise _Refused(409, f"run {run_id!r} has not finished: replay a finished run")
+        source = self.source
+        trail: Any = source.path if isinstance(source, TraceSource) else None
+        if isinstance(source, StoreSource):
+            trail = source.store
+        try:
+            found = await replay(trail, agent, run_id=run_id)
+        except TrailError as exc:
+            raise _Refused(409, str(exc)) from None
+        divergence = found.divergence
+        answer = {
+            "ok": True,
+            "action": "replay",
+            "identical": found.identical,
+            "message": "identical" if divergence is None else str(divergence),
+            "divergence": None
+            if divergence is None
+            else {
+                "round": divergence.round,
+                "stage": divergence.stage,
+                "fields": divergence.fields,
+            },
+            "notes": list(found.notes),
+        }
+        await _respond(send, 200, json.dumps(answer, default=str).encode(), "application/json")
 
 
 # ---------------------------------------------------------------- plumbing

@@ -3,9 +3,7 @@ every value escaped with :func:`html.escape`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html import escape
@@ -29,6 +27,8 @@ class View:
     root: str
     redact: bool
     actions: bool
+    #: The names of the agents whose runs can be replayed here.
+    replayable: frozenset[str] = frozenset()
     title: str = "tether runs"
 
 
@@ -304,7 +304,7 @@ def run_header(
     return (
         f'<h1>Run <code>{e(run.run_id)}</code></h1><dl class="facts">{dl}</dl>'
         f'<h2>Input</h2><pre class="text">{e(inp)}</pre>{output}'
-        f"{ceilings_html(run, usage, limits)}{actions_html(view, run)}{replay_html(run)}"
+        f"{ceilings_html(run, usage, limits)}{actions_html(view, run)}{replay_html(view, run)}"
     )
 
 
@@ -338,27 +338,24 @@ def ceilings_html(
     return f'<h2>Ceilings</h2><ul class="ceilings">{"".join(bars)}</ul>'
 
 
-def replay_available() -> bool:
-    """Whether this tether has ``tether.replay`` (another part of the project adds it):
-    only then does a run's page offer to replay it."""
-    if "tether.replay" in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec("tether.replay") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def replay_html(run: StoredRun) -> str:
-    if not replay_available():
+def replay_html(view: View, run: StoredRun) -> str:
+    """A finished run of a known agent: a button that replays it offline (the page
+    says ``identical`` or where it diverged); otherwise the command that would."""
+    if run.status != "finished":
         return ""
-    command = f"tether replay --store STORE_URL {run.run_id} --agent MODULE:AGENT"
-    return (
+    head = (
         '<section aria-labelledby="replay-h"><h2 id="replay-h">Replay</h2>'
         "<p>Re-run the agent's code offline against this run's recorded model responses "
-        "and tool results:</p>"
-        f'<pre class="args"><code>{e(command)}</code></pre></section>'
+        "and tool results (no model is called, no tool executed).</p>"
     )
+    if run.agent in view.replayable:
+        base = f"{view.root}/runs/{quote(run.run_id, safe='')}"
+        return (
+            f'{head}<form class="action" method="post" action="{base}/replay" data-action>'
+            '<button type="submit" data-verb="replay">Replay this run</button></form></section>'
+        )
+    command = f"tether replay --store STORE_URL {run.run_id} --agent MODULE:AGENT"
+    return f'{head}<pre class="args"><code>{e(command)}</code></pre></section>'
 
 
 def actions_html(view: View, run: StoredRun) -> str:

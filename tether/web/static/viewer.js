@@ -31,7 +31,7 @@
         try { answer = await fetch(url, { method: "POST", headers, body }); }
         catch (err) { say(verb + " failed: " + err); return; }
         const data = await answer.json().catch(() => ({}));
-        if (answer.ok) { say(verb + ": done"); refresh(); }
+        if (answer.ok) { say(verb + ": " + (data.message || "done")); refresh(); }
         else { say(verb + " refused (" + answer.status + "): " + (data.error || answer.statusText)); }
       });
     });
