@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -65,7 +67,9 @@ import attrs
 
 try:
     from opentelemetry import trace
+    from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check this
     raise ImportError(
         "tether.otel needs OpenTelemetry: install the extra with "
@@ -75,7 +79,13 @@ except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check th
 from tether import events as ev
 from tether.runtime import EventSink, Termination, combine
 
-__all__ = ["EventSink", "OtelSink", "combine"]
+__all__ = [
+    "EventSink",
+    "OtelSink",
+    "adopt_remote_parent",
+    "combine",
+    "traceparent_headers",
+]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
 
@@ -156,6 +166,7 @@ class OtelSink:
         self.capture_content = capture_content
         self._runs: dict[str, _RunSpans] = {}
         self._failed = False
+        _SINKS.add(self)
 
     @property
     def open_runs(self) -> int:
@@ -298,7 +309,7 @@ class OtelSink:
             attributes["tether.parent_run_id"] = event.parent_run_id
         if self.capture_content:
             attributes["tether.input"] = event.input
-        parent_ctx = None
+        parent_ctx = _REMOTE_PARENTS.pop(event.run_id, None)  # a caller over A2A
         parent = self._runs.get(event.parent_run_id) if event.parent_run_id else None
         if parent is not None:
             # A sub-agent runs inside one of its parent's tool calls.
@@ -520,6 +531,50 @@ class OtelSink:
         if run.round is not None:
             run.round.end(end_time=at)
             run.round = None
+
+
+# ------------------------------------------------- trace context across processes
+
+#: The live sinks (weakly), for :func:`traceparent_headers`.
+_SINKS: weakref.WeakSet[OtelSink] = weakref.WeakSet()
+#: Remote parents of runs about to start, by run id (:func:`adopt_remote_parent`).
+_REMOTE_PARENTS: dict[str, Context] = {}
+#: Remote parents kept for runs that never started, at most.
+_MAX_REMOTE_PARENTS = 10_000
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def adopt_remote_parent(run_id: str, carrier: Mapping[str, str]) -> None:
+    """Make the span that ``carrier``'s W3C ``traceparent`` names the parent of run
+    ``run_id``'s ``invoke_agent`` span (call it before the run starts).
+
+    ``tether.a2a.serve`` calls it with a request's headers: a remote caller's tool
+    call and the run it asked for are one trace. A malformed ``traceparent`` is ignored.
+    """
+    context = _PROPAGATOR.extract(dict(carrier))
+    if not trace.get_current_span(context).get_span_context().is_valid:
+        return
+    if len(_REMOTE_PARENTS) >= _MAX_REMOTE_PARENTS:
+        _REMOTE_PARENTS.pop(next(iter(_REMOTE_PARENTS)))
+    _REMOTE_PARENTS[run_id] = context
+
+
+def traceparent_headers(run_id: str, call_id: str) -> dict[str, str]:
+    """The W3C trace context (``traceparent``, ``tracestate``) of tool call ``call_id``'s
+    ``execute_tool`` span in run ``run_id``, for a request that call makes; the run's
+    span if the sink has not opened the call's yet; ``{}`` if no sink has the run.
+
+    ``tether.a2a.A2AAgent`` sends it with its requests.
+    """
+    for sink in list(_SINKS):
+        run = sink._runs.get(run_id)
+        if run is None:
+            continue
+        span = run.tools.get(call_id) or run.span
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+    return {}
 
 
 def _fail(span: Span, error_type: str, description: str) -> None:

@@ -1,0 +1,174 @@
+"""tether.a2a: a tether agent served over A2A, called by a2a-sdk's client and by A2AAgent.
+
+Every server here runs in the test's own event loop on a real loopback socket:
+uvicorn on asyncio, hypercorn on trio.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format
+
+import tether
+from tether import events as ev
+from tether.a2a import USAGE_KEY, A2AAgent, serve
+from tether.providers import ModelRequest, ProviderContext, Reply, ScriptedProvider, ToolCall
+from tether.providers import ToolResultBlock
+
+from .helpers import task_names
+
+pytestmark = pytest.mark.anyio
+
+ANSWER = "The answer is forty-two, as computed with care."
+
+
+@asynccontextmanager
+async def served(
+    agent: tether.Agent, rt: tether.Runtime, backend: str, **options: Any
+) -> AsyncIterator[str]:
+    """Serve ``agent`` over A2A on 127.0.0.1 inside this loop; yield its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    app = serve(agent, runtime=rt, url=url + "/", **options)
+    async with anyio.create_task_group() as tg:
+        if backend == "asyncio":
+            import uvicorn
+
+            sock.listen(128)
+            config = uvicorn.Config(app, lifespan="off", log_level="warning")
+            server = uvicorn.Server(config)
+            tg.start_soon(server.serve, [sock])
+            while not server.started:
+                await anyio.sleep(0.01)
+            try:
+                yield url
+            finally:
+                server.should_exit = True
+        else:
+            from hypercorn.config import Config
+            from hypercorn.trio import serve as hyper
+
+            sock.close()
+            config = Config()
+            config.bind = [f"127.0.0.1:{port}"]
+            config.loglevel = "WARNING"
+            done = anyio.Event()
+            tg.start_soon(lambda: hyper(app, config, shutdown_trigger=done.wait))  # type: ignore[arg-type]
+            for _ in range(500):
+                try:
+                    s = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    await anyio.sleep(0.01)
+                    continue
+                await s.aclose()
+                break
+            try:
+                yield url
+            finally:
+                done.set()
+
+
+def answering(text: str = ANSWER, latency_s: float = 0.0) -> tether.Agent:
+    """An agent that answers ``text`` in pieces of 4 characters."""
+    provider = ScriptedProvider(
+        [Reply(text=text)], latency_s=latency_s, chunk_size=4, chunk_latency_s=0.001
+    )
+    return tether.Agent(name="answerer", instructions="Answer.", provider=provider)
+
+
+@tether.tool
+async def word_count(text: str) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+
+
+def count_script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+    last = request.messages[-1]
+    results = [b.content for b in last.content if isinstance(b, ToolResultBlock)]
+    if not results:
+        return Reply(text="Counting.", tool_calls=[ToolCall(name="word_count", arguments={"text": last.text})])
+    return Reply(text=f"Your input has {results[0]} words.")
+
+
+def ask_first(point: tether.PolicyPoint, subject: object) -> tether.Verdict | None:
+    return tether.Verdict.ask("a human approves each call") if point == "tool_call" else None
+
+
+def guarded() -> tether.Agent:
+    """An agent whose one tool call waits for approval."""
+    return tether.Agent(
+        name="guarded",
+        instructions="Count the words.",
+        provider=ScriptedProvider(count_script),
+        tools=[word_count],
+        policies=[ask_first],
+    )
+
+
+@tether.tool
+async def forever() -> str:
+    """Never returns."""
+    await anyio.sleep_forever()
+    return ""
+
+
+def stuck() -> tether.Agent:
+    """An agent that calls a tool that never returns."""
+    provider = ScriptedProvider([Reply(tool_calls=[ToolCall(name="forever", arguments={})])])
+    return tether.Agent(name="stuck", instructions="Wait.", provider=provider, tools=[forever])
+
+
+def user_message(text: str, **ids: str) -> pb.Message:
+    return pb.Message(message_id="m-" + text[:8], role=pb.Role.ROLE_USER, parts=[pb.Part(text=text)], **ids)
+
+
+async def sdk_client(url: str, http: httpx.AsyncClient, *, streaming: bool = True) -> Any:
+    return await create_client(url, ClientConfig(streaming=streaming, httpx_client=http))
+
+
+# ------------------------------------------------------------ a2a-sdk's client
+
+
+async def test_sdk_client_streams_a_task_to_completion(anyio_backend: str) -> None:
+    """The SDK's streaming client gets the task, its text as it streams, the answer
+    artifact and a completed status whose metadata carries tether's usage."""
+    async with tether.Runtime() as rt:
+        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+            card = (await http.get(url + "/.well-known/agent-card.json")).json()
+            assert card["name"] == "answerer"
+            assert card["capabilities"]["streaming"] is True
+            client = await sdk_client(url, http)
+            updates = [
+                u
+                async for u in client.send_message(
+                    pb.SendMessageRequest(message=user_message("what is it?"))
+                )
+            ]
+    kinds = [u.WhichOneof("payload") for u in updates]
+    assert kinds[0] == "task"
+    deltas = [
+        u.status_update.status.message.parts[0].text
+        for u in updates
+        if u.WhichOneof("payload") == "status_update"
+        and u.status_update.status.state == pb.TaskState.TASK_STATE_WORKING
+    ]
+    assert len(deltas) > 1 and "".join(deltas) == ANSWER
+    artifact = next(u.artifact_update.artifact for u in updates if u.HasField("artifact_update"))
+    assert artifact.name == "answer" and artifact.parts[0].text == ANSWER
+    final = updates[-1].status_update
+    assert final.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    usage = json_format.MessageToDict(final.metadata)[USAGE_KEY]
+    assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0

@@ -1,0 +1,330 @@
+"""``A2AAgent``: a remote A2A agent used as a tool (see docs/guides/a2a.md).
+
+The tool takes ``task: str`` and sends it to the remote agent as a streamed
+message (``SendStreamingMessage``, through the SDK's JSON-RPC transport; a
+remote whose card says it does not stream gets ``SendMessage``). What the
+remote does becomes what a tether tool does:
+
+- its streamed text (status messages and artifact chunks) arrives in the
+  calling run as ``ToolOutputDelta`` events, for readers of deltas;
+- its answer (the task's artifacts, else its status message) is the tool's result;
+- the usage it reports under ``metadata["tether/usage"]`` is charged to the
+  calling run, against its token and cost limits (a remote that reports none
+  charges nothing);
+- cancelling the calling run (or the call's timeout) cancels the remote task
+  (``CancelTask``, shielded and bounded);
+- failures are tether's typed tool errors: a remote task that ``failed`` or
+  was ``rejected``, or that wants input this tool cannot give, is a model
+  error (the model reads why); a lost connection, a timeout, an HTTP 5xx or
+  429 is transient (retried, bounded); HTTP 401/403, a card or protocol the
+  tool cannot use, is fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+from a2a.client.card_resolver import A2ACardResolver
+from a2a.client.client import ClientCallContext
+from a2a.client.errors import A2AClientError, A2AClientTimeoutError
+from a2a.client.transports.jsonrpc import JsonRpcTransport
+from a2a.types import a2a_pb2 as pb
+from a2a.utils import errors as a2a_errors
+from google.protobuf import json_format
+
+from tether.actors import (
+    FatalToolError,
+    ToolError,
+    ToolOutput,
+    ToolSpec,
+    TransientToolError,
+    current_tool_context,
+    tool,
+)
+
+from ._tasks import USAGE_KEY
+from ._trace import trace_headers
+
+_BAD_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+_FINAL = {
+    pb.TaskState.TASK_STATE_COMPLETED,
+    pb.TaskState.TASK_STATE_FAILED,
+    pb.TaskState.TASK_STATE_CANCELED,
+    pb.TaskState.TASK_STATE_REJECTED,
+}
+_STOPS = _FINAL | {pb.TaskState.TASK_STATE_INPUT_REQUIRED, pb.TaskState.TASK_STATE_AUTH_REQUIRED}
+
+
+def _default_name(url: str) -> str:
+    parts = urlsplit(url)
+    where = (parts.hostname or "remote") + (f"_{parts.port}" if parts.port else "")
+    return ("a2a_" + _BAD_NAME.sub("_", where))[:64]
+
+
+class _Remote:
+    """One tool's view of the remote agent: its card (fetched once) and its calls."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], timeout_s: float) -> None:
+        self.url = url.rstrip("/")
+        self.headers = dict(headers)
+        self.timeout_s = timeout_s
+        self.card: pb.AgentCard | None = None
+
+    def _endpoint(self, card: pb.AgentCard) -> str:
+        for interface in card.supported_interfaces:
+            if interface.protocol_binding == "JSONRPC" and interface.protocol_version in (
+                "1.0",
+                "1.0.0",
+                "",
+            ):
+                return interface.url
+        raise FatalToolError(
+            f"the A2A agent at {self.url} offers no JSON-RPC interface of protocol 1.0"
+        )
+
+    async def call(self, task: str) -> ToolOutput:
+        ctx = current_tool_context()
+        run_id = ctx.run_id if ctx is not None else ""
+        call_id = ctx.call_id if ctx is not None else ""
+        headers = {**self.headers, **trace_headers(run_id, call_id)}
+        timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
+        async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as http:
+            with _mapped(self.url):
+                if self.card is None:
+                    self.card = await A2ACardResolver(http, self.url).get_agent_card()
+                card = self.card
+                transport = JsonRpcTransport(http, card, self._endpoint(card), is_shared_httpx=True)
+            message = pb.Message(
+                message_id=f"{run_id}:{call_id}:{anyio.current_time()}",
+                role=pb.Role.ROLE_USER,
+                parts=[pb.Part(text=task)],
+            )
+            if run_id:
+                message.context_id = run_id  # one context per calling run
+            request = pb.SendMessageRequest(message=message)
+            context = ClientCallContext(service_parameters=headers)
+            state = _State(ctx)
+            try:
+                with _mapped(self.url):
+                    if card.capabilities.streaming:
+                        stream = transport.send_message_streaming(request, context=context)
+                        try:
+                            async for update in stream:
+                                state.take(update)
+                                if state.stopped:
+                                    break
+                        finally:
+                            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                                await stream.aclose()
+                    else:
+                        response = await transport.send_message(request, context=context)
+                        if response.HasField("task"):
+                            state.take(pb.StreamResponse(task=response.task))
+                        else:
+                            state.take(pb.StreamResponse(message=response.message))
+            except BaseException:
+                if state.task_id and not state.stopped:  # cancelled or failed mid-task
+                    # Best effort: the call's own error (or cancellation) wins.
+                    with (
+                        anyio.CancelScope(shield=True),
+                        anyio.move_on_after(5),
+                        contextlib.suppress(Exception),
+                    ):
+                        await transport.cancel_task(
+                            pb.CancelTaskRequest(id=state.task_id), context=context
+                        )
+                raise
+            if state.held and state.task_id:  # nobody here can answer it: end it
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5), _mapped(self.url):
+                    await transport.cancel_task(
+                        pb.CancelTaskRequest(id=state.task_id), context=context
+                    )
+            return state.output(self.url)
+
+
+class _State:
+    """What the remote said so far: task id, state, text, artifacts, usage."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.task_id = ""
+        self.state: pb.TaskState.ValueType = pb.TaskState.TASK_STATE_UNSPECIFIED
+        self.status_text = ""
+        self.artifacts: dict[str, list[str]] = {}
+        self.metadata: dict[str, Any] = {}
+        self.message_text: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.message_text is not None or self.state in _STOPS
+
+    @property
+    def held(self) -> bool:
+        return self.state in (
+            pb.TaskState.TASK_STATE_INPUT_REQUIRED,
+            pb.TaskState.TASK_STATE_AUTH_REQUIRED,
+        )
+
+    def _emit(self, text: str) -> None:
+        emit = getattr(self.ctx, "emit_output", None)
+        if text and emit is not None:
+            emit(text)
+
+    def take(self, update: pb.StreamResponse) -> None:
+        kind = update.WhichOneof("payload")
+        if kind == "message":
+            self.message_text = _text(update.message.parts)
+            self._emit(self.message_text)
+        elif kind == "task":
+            t = update.task
+            self.task_id = t.id
+            self._status(t.status, None)
+            for artifact in t.artifacts:
+                self.artifacts[artifact.artifact_id] = [_text(artifact.parts)]
+            self.metadata.update(json_format.MessageToDict(t.metadata))
+        elif kind == "status_update":
+            u = update.status_update
+            self.task_id = self.task_id or u.task_id
+            meta = json_format.MessageToDict(u.metadata)
+            self._status(u.status, meta)
+            self.metadata.update(meta)
+        elif kind == "artifact_update":
+            u = update.artifact_update
+            self.task_id = self.task_id or u.task_id
+            text = _text(u.artifact.parts)
+            pieces = self.artifacts.setdefault(u.artifact.artifact_id, [])
+            if not u.append:
+                if pieces and "".join(pieces) == text:
+                    return  # the whole artifact again, after its chunks
+                pieces.clear()
+            pieces.append(text)
+            if u.append or self.state != pb.TaskState.TASK_STATE_WORKING:
+                return
+            self._emit(text)
+
+    def _status(self, status: pb.TaskStatus, meta: dict[str, Any] | None) -> None:
+        self.state = status.state
+        text = _text(status.message.parts) if status.HasField("message") else ""
+        if status.state == pb.TaskState.TASK_STATE_WORKING and meta is not None:
+            self._emit(text)  # progress: a piece of the text as it streams
+        elif text:
+            self.status_text = text
+
+    def usage(self) -> tuple[int, int, float | None]:
+        usage = self.metadata.get(USAGE_KEY)
+        if not isinstance(usage, dict):
+            return 0, 0, None
+        tokens = [usage.get("input_tokens"), usage.get("output_tokens")]
+        ins, outs = (int(v) if isinstance(v, int | float) and v >= 0 else 0 for v in tokens)
+        cost = usage.get("cost_usd")
+        return ins, outs, float(cost) if isinstance(cost, int | float) and cost >= 0 else None
+
+    def output(self, url: str) -> ToolOutput:
+        ins, outs, cost = self.usage()
+        charge = {"input_tokens": ins, "output_tokens": outs, "cost_usd": cost}
+        if self.message_text is not None:
+            return ToolOutput(content=self.message_text, **charge)
+        answer = "\n".join("".join(p) for p in self.artifacts.values()).strip()
+        state = self.state
+        if state == pb.TaskState.TASK_STATE_COMPLETED:
+            return ToolOutput(content=answer or self.status_text, **charge)
+        name = pb.TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+        why = self.status_text or answer or "no reason given"
+        if self.held:
+            why = f"it asks for input this tool cannot give, so its task was cancelled: {why}"
+        elif state not in _FINAL:
+            why = f"its stream ended without a final state ({name})"
+        return ToolOutput(
+            content=f"the remote agent at {url} ended {name}: {why}", is_error=True, **charge
+        )
+
+
+def _text(parts: Any) -> str:
+    pieces = []
+    for part in parts:
+        kind = part.WhichOneof("content")
+        if kind == "text":
+            pieces.append(part.text)
+        elif kind == "data":
+            pieces.append(json_format.MessageToJson(part.data, indent=None))
+    return "\n".join(pieces)
+
+
+class _mapped:
+    """Translate the SDK's and httpx's errors into tether's typed tool errors."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, ToolError | TransientToolError | FatalToolError):
+            return
+        where = f"the A2A agent at {self.url}"
+        if isinstance(exc, A2AClientTimeoutError | httpx.TimeoutException):
+            raise TransientToolError(f"{where} timed out") from exc
+        if isinstance(exc, A2AClientError | httpx.HTTPError):
+            cause = exc.__cause__ if isinstance(exc, A2AClientError) else exc
+            if isinstance(cause, httpx.HTTPStatusError):
+                status = cause.response.status_code
+                if status in (401, 403):
+                    raise FatalToolError(
+                        f"{where} refused the credentials (HTTP {status})"
+                    ) from exc
+                if status == 429 or status >= 500:
+                    raise TransientToolError(f"{where} answered HTTP {status}") from exc
+                raise FatalToolError(f"{where} answered HTTP {status}") from exc
+            if isinstance(cause, httpx.TransportError):
+                raise TransientToolError(f"{where} is unreachable: {cause}") from exc
+            raise FatalToolError(f"{where}: {exc}") from exc
+        if isinstance(exc, a2a_errors.InternalError):
+            raise TransientToolError(f"{where} failed inside: {exc}") from exc
+        if isinstance(exc, a2a_errors.InvalidParamsError | a2a_errors.ContentTypeNotSupportedError):
+            raise ToolError(f"{where} refused the task: {exc}") from exc
+        if isinstance(exc, a2a_errors.A2AError):
+            raise FatalToolError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def A2AAgent(
+    url: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> ToolSpec:
+    """A tool that sends a task to the remote A2A agent at ``url`` and returns its answer.
+
+    ``url`` is the agent's base URL (its card is at
+    ``{url}/.well-known/agent-card.json``, fetched on the first call). ``name``
+    defaults to ``a2a_`` and the host and port. ``headers`` go with every request
+    (an ``Authorization``, say). ``timeout_s`` bounds one call (the remote task is
+    cancelled past it). See the module doc for what maps to what.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"A2AAgent(url=...) must be an http(s) URL, got {url!r}")
+    if not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise ValueError(f"A2AAgent(timeout_s=...) must be a number > 0, got {timeout_s!r}")
+    tool_name = name or _default_name(url)
+    if _BAD_NAME.search(tool_name) or len(tool_name) > 64:
+        raise ValueError(
+            f"A2AAgent(name=...) must be 1-64 letters, digits, '_' or '-', got {name!r}"
+        )
+    remote = _Remote(url, headers or {}, float(timeout_s))
+    about = description or (
+        f"Delegate a task to the remote agent at {url} (over A2A) and get its answer."
+    )
+
+    async def delegate(task: str) -> ToolOutput:
+        return await remote.call(task)
+
+    return tool(delegate, name=tool_name, description=about, timeout_s=float(timeout_s) + 10)
