@@ -172,3 +172,116 @@ async def test_sdk_client_streams_a_task_to_completion(anyio_backend: str) -> No
     assert final.status.state == pb.TaskState.TASK_STATE_COMPLETED
     usage = json_format.MessageToDict(final.metadata)[USAGE_KEY]
     assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0
+
+
+async def test_sdk_client_input_required_then_approval_completes(anyio_backend: str) -> None:
+    """A held tool call is an input-required task listing the call; the answer
+    'approve' in the same task lets the call run and the task completes."""
+    async with tether.Runtime() as rt:
+        async with served(guarded(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+            client = await sdk_client(url, http, streaming=False)
+            [first] = [
+                u
+                async for u in client.send_message(
+                    pb.SendMessageRequest(message=user_message("one two three"))
+                )
+            ]
+            task = first.task
+            assert task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+            data = json_format.MessageToDict(task.status.message.parts[1].data)
+            [held] = data["approvals"]
+            assert held["tool"] == "word_count"
+            got = await client.get_task(pb.GetTaskRequest(id=task.id))
+            assert got.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+            answer = user_message("approve", task_id=task.id, context_id=task.context_id)
+            [second] = [
+                u async for u in client.send_message(pb.SendMessageRequest(message=answer))
+            ]
+            done = second.task
+            assert done.id == task.id and done.context_id == task.context_id
+            assert done.status.state == pb.TaskState.TASK_STATE_COMPLETED
+            assert done.artifacts[0].parts[0].text == "Your input has 3 words."
+            again = await client.get_task(pb.GetTaskRequest(id=task.id))
+            assert again.status.state == pb.TaskState.TASK_STATE_COMPLETED
+
+
+async def test_sdk_client_streams_input_required_then_rejection(anyio_backend: str) -> None:
+    """Streamed: the task stops at input-required; a streamed 'reject <reason>' goes on
+    to completion, and the model was told the reason."""
+    seen: list[ev.Event] = []
+    async with tether.Runtime(event_sink=seen.append) as rt:
+        async with served(guarded(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+            client = await sdk_client(url, http)
+            first = [
+                u
+                async for u in client.send_message(
+                    pb.SendMessageRequest(message=user_message("one two"))
+                )
+            ]
+            held = first[-1].status_update
+            assert held.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+            answer = user_message("reject not today", task_id=held.task_id)
+            second = [
+                u async for u in client.send_message(pb.SendMessageRequest(message=answer))
+            ]
+            assert second[-1].status_update.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    finished = [e for e in seen if isinstance(e, ev.ToolCallFinished)]
+    assert finished[0].outcome == "denied" and "not today" in finished[0].content
+
+
+async def test_sdk_client_cancels_a_working_task(anyio_backend: str) -> None:
+    """CancelTask on a working task cancels its run: the task is canceled, and stays so."""
+    async with tether.Runtime() as rt:
+        async with served(stuck(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+            client = await sdk_client(url, http, streaming=False)
+            request = pb.SendMessageRequest(message=user_message("wait"))
+            request.configuration.return_immediately = True
+            [first] = [u async for u in client.send_message(request)]
+            task_id = first.task.id
+            assert first.task.status.state == pb.TaskState.TASK_STATE_WORKING
+            canceled = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
+            assert canceled.status.state == pb.TaskState.TASK_STATE_CANCELED
+            got = await client.get_task(pb.GetTaskRequest(id=task_id))
+            assert got.status.state == pb.TaskState.TASK_STATE_CANCELED
+            assert rt.in_flight(task_id) is None
+
+
+async def test_legacy_method_names(anyio_backend: str) -> None:
+    """A2A 0.3's method names and JSON (message/send, tasks/get) are answered too."""
+    async with tether.Runtime() as rt:
+        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "message/send",
+                "params": {
+                    "message": {
+                        "kind": "message",
+                        "messageId": "m1",
+                        "role": "user",
+                        "parts": [{"kind": "text", "text": "hi"}],
+                    }
+                },
+            }
+            sent = (await http.post(url + "/", json=body)).json()["result"]
+            assert sent["kind"] == "task" and sent["status"]["state"] == "completed"
+            query = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": sent["id"]}}
+            got = (await http.post(url + "/", json=query)).json()["result"]
+            assert got["status"]["state"] == "completed"
+            assert got["artifacts"][0]["parts"][0]["text"] == ANSWER
+
+
+async def test_bad_requests_get_json_rpc_errors(anyio_backend: str) -> None:
+    """Unknown methods, unknown tasks and empty messages are JSON-RPC errors with A2A's codes."""
+    async with tether.Runtime() as rt:
+        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+
+            async def call(method: str, params: Any) -> dict[str, Any]:
+                body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+                answer: dict[str, Any] = (await http.post(url + "/", json=body)).json()
+                return answer["error"]
+
+            assert (await call("Nope", {}))["code"] == -32601
+            assert (await call("GetTask", {"id": "task-x"}))["code"] == -32001
+            assert (await call("SendMessage", {"message": {"parts": []}}))["code"] == -32602
+            assert (await http.post(url + "/", content=b"{nope")).json()["error"]["code"] == -32700

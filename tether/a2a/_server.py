@@ -292,23 +292,31 @@ class A2AServer:
             return tk.task(task_id, context_id, ending=stop.ending)
         return tk.task(task_id, context_id, pending=await self._pending(task_id))
 
+    def _open(self, task_id: str, *, deltas: bool) -> AsyncIterator[Event]:
+        """The run's events from the first (and its live deltas, if asked and it is in
+        flight here, from now on: open it before the next checkpoint not to miss any)."""
+        live = self.rt.in_flight(task_id)
+        handle = live if live is not None else self._handle(task_id)
+        return handle.events(deltas=deltas and live is not None)
+
     async def _until_stop(
-        self, task_id: str, answered: set[str], on_text: Callable[[str], None] | None
+        self,
+        task_id: str,
+        answered: set[str],
+        on_text: Callable[[str], None] | None = None,
+        events: AsyncIterator[Event] | None = None,
     ) -> _Stop:
         """Follow the run until it finishes or holds a call it did not hold before.
 
         ``answered``: the calls just answered (events up to their answers are
-        replayed history). ``on_text`` gets the run's text deltas, when the run is
-        in flight here.
+        replayed history). ``on_text`` gets the run's text deltas from ``events``
+        (opened by :meth:`_open` with deltas).
         """
-        live = self.rt.in_flight(task_id)
-        handle = live if live is not None else self._handle(task_id)
         waiting = set(answered)
-        events: AsyncIterator[Event] = handle.events(
-            deltas=on_text is not None and live is not None
-        )
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
+        if events is None:
+            events = self._open(task_id, deltas=False)
+        try:
+            async for event in events:
                 if isinstance(event, ApprovalAnswered):
                     waiting.discard(event.call_id)
                 elif waiting:
@@ -320,6 +328,11 @@ class A2AServer:
                     return _Stop(held=True)
                 elif isinstance(event, RunFinished):
                     return _Stop(ending=tk.Ending.of(event))
+        finally:
+            close = getattr(events, "aclose", None)  # a live reader unsubscribes at once
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
         # The stream ended without RunFinished: a durable run parked (or moved on).
         return _Stop(held=bool(await self._pending(task_id)))
 
@@ -386,6 +399,7 @@ class A2AServer:
                 return _sse(_dump03(v03.to_compat_stream_response(update, rpc_id)))
             return _sse({"jsonrpc": "2.0", "id": rpc_id, "result": tk.to_json(update)})
 
+        events = self._open(task_id, deltas=True)  # before any checkpoint: every delta
         first = pb.Task(id=task_id, context_id=context_id)
         first.status.state = pb.TaskState.TASK_STATE_WORKING
         yield frame(pb.StreamResponse(task=first))
@@ -396,7 +410,7 @@ class A2AServer:
 
         async def follow() -> None:
             async with send:
-                stop = await self._until_stop(task_id, answered, on_text)
+                stop = await self._until_stop(task_id, answered, on_text, events)
                 send.send_nowait(stop)
 
         async with anyio.create_task_group() as tg, receive:
