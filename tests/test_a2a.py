@@ -285,3 +285,119 @@ async def test_bad_requests_get_json_rpc_errors(anyio_backend: str) -> None:
             assert (await call("GetTask", {"id": "task-x"}))["code"] == -32001
             assert (await call("SendMessage", {"message": {"parts": []}}))["code"] == -32602
             assert (await http.post(url + "/", content=b"{nope")).json()["error"]["code"] == -32700
+
+
+# ------------------------------------------------------------------- A2AAgent
+
+
+def delegating(remote: tether.ToolSpec, task: str = "what is it?") -> tether.Agent:
+    """A caller that hands ``task`` to the remote tool, then answers with its result."""
+
+    def script(request: ModelRequest, ctx: ProviderContext) -> Reply:
+        last = request.messages[-1]
+        results = [b for b in last.content if isinstance(b, ToolResultBlock)]
+        if not results:
+            return Reply(tool_calls=[ToolCall(name=remote.name, arguments={"task": task})])
+        verdict = "error" if results[0].is_error else "ok"
+        return Reply(text=f"{verdict}: {results[0].content}")
+
+    return tether.Agent(
+        name="caller", instructions="Delegate.", provider=ScriptedProvider(script), tools=[remote]
+    )
+
+
+async def test_a2a_agent_streams_and_charges_the_remote_usage(anyio_backend: str) -> None:
+    """A tether agent calls a served one through A2AAgent: the remote's text streams
+    into the caller as ToolOutputDelta, its answer is the tool result, and the
+    usage it reports is charged to the caller (UsageCharged, in its limits)."""
+    async with tether.Runtime() as server_rt, served(answering(), server_rt, anyio_backend) as url:
+        remote = A2AAgent(url, name="oracle")
+        async with tether.Runtime() as rt:
+            handle = rt.start(delegating(remote), "ask the oracle")
+            deltas: list[str] = []
+            async for event in handle.events(deltas=True):
+                if isinstance(event, ev.ToolOutputDelta):
+                    assert event.name == "oracle"
+                    deltas.append(event.text)
+            result = await handle.result()
+    assert result.termination is tether.Termination.ANSWERED
+    assert result.output == f"ok: {ANSWER}"
+    assert "".join(deltas) == ANSWER
+    charged = [e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "subagent"]
+    assert len(charged) == 1 and charged[0].output_tokens > 0
+    model = [e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "model"]
+    assert result.usage.output_tokens == charged[0].output_tokens + sum(
+        e.output_tokens for e in model
+    )
+
+
+async def test_a2a_agent_usage_counts_against_the_callers_limits(anyio_backend: str) -> None:
+    """The remote's tokens cross the caller's token ceiling: the caller ends token_ceiling."""
+    async with tether.Runtime() as server_rt, served(answering(), server_rt, anyio_backend) as url:
+        caller = delegating(A2AAgent(url))
+        caller = tether.Agent(
+            name=caller.name,
+            instructions=caller.instructions,
+            provider=caller.provider,
+            tools=caller.tools,
+            limits=tether.Limits(max_total_tokens=40),
+        )
+        async with tether.Runtime() as rt:
+            result = await rt.run(caller, "go")
+    assert result.termination is tether.Termination.TOKEN_CEILING
+    assert any(isinstance(e, ev.UsageCharged) and e.source == "subagent" for e in result.events)
+
+
+async def test_cancelling_the_caller_cancels_the_remote_task(anyio_backend: str) -> None:
+    """Cancelling the calling run while the remote works cancels the remote task, and
+    leaves no task of the caller's behind."""
+    remote_events: list[ev.Event] = []
+    async with (
+        tether.Runtime(event_sink=remote_events.append) as server_rt,
+        served(stuck(), server_rt, anyio_backend) as url,
+    ):
+        before = task_names()
+        async with tether.Runtime() as rt:
+            handle = rt.start(delegating(A2AAgent(url, name="stuck")), "go")
+            for _ in range(1000):  # until the remote's tool is running (the sink is a thread)
+                if any(isinstance(e, ev.ToolCallStarted) for e in remote_events):
+                    break
+                await anyio.sleep(0.01)
+            [remote_id] = {e.run_id for e in remote_events}
+            assert server_rt.in_flight(remote_id) is not None
+            handle.cancel("the user pressed stop")
+            result = await handle.result()
+        assert result.termination is tether.Termination.CANCELLED
+        with anyio.fail_after(10):
+            while server_rt.in_flight(remote_id) is not None:
+                await anyio.sleep(0.01)
+        assert {n for n in task_names() - before if "tether" in n} == set()
+    [finished] = [e for e in remote_events if isinstance(e, ev.RunFinished)]
+    assert finished.termination is tether.Termination.CANCELLED
+    assert finished.error is not None and "A2A" in finished.error
+
+
+async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> None:
+    """A remote task that fails is a model error the model reads; an unreachable
+    agent is a transient error (retried, then given up)."""
+    failing = tether.Agent(
+        name="failing",
+        instructions="x",
+        provider=ScriptedProvider([Reply(tool_calls=[ToolCall(name="nope", arguments={})])]),
+        tools=[word_count],
+        limits=tether.Limits(max_steps=1),
+    )
+    async with tether.Runtime() as server_rt, served(failing, server_rt, anyio_backend) as url:
+        async with tether.Runtime() as rt:
+            result = await rt.run(delegating(A2AAgent(url, name="failing")), "go")
+    [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert call.outcome == "model_error" and "ended failed: max_steps" in call.content
+    assert result.output is not None and result.output.startswith("error:")
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    async with tether.Runtime() as rt:
+        result = await rt.run(delegating(A2AAgent(dead, name="gone")), "go")
+    [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert call.outcome == "transient_error" and "unreachable" in call.content

@@ -23,7 +23,9 @@ remote does becomes what a tether tool does:
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,9 +33,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 from a2a.client.card_resolver import A2ACardResolver
-from a2a.client.client import ClientCallContext
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
-from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import errors as a2a_errors
 from google.protobuf import json_format
@@ -94,36 +94,28 @@ class _Remote:
         call_id = ctx.call_id if ctx is not None else ""
         headers = {**self.headers, **trace_headers(run_id, call_id)}
         timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
-        async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as http:
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
             with _mapped(self.url):
                 if self.card is None:
                     self.card = await A2ACardResolver(http, self.url).get_agent_card()
                 card = self.card
-                transport = JsonRpcTransport(http, card, self._endpoint(card), is_shared_httpx=True)
+                rpc = _Rpc(http, self._endpoint(card))
             message = pb.Message(
-                message_id=f"{run_id}:{call_id}:{anyio.current_time()}",
-                role=pb.Role.ROLE_USER,
-                parts=[pb.Part(text=task)],
+                message_id=str(uuid.uuid4()), role=pb.Role.ROLE_USER, parts=[pb.Part(text=task)]
             )
             if run_id:
                 message.context_id = run_id  # one context per calling run
             request = pb.SendMessageRequest(message=message)
-            context = ClientCallContext(service_parameters=headers)
             state = _State(ctx)
             try:
                 with _mapped(self.url):
                     if card.capabilities.streaming:
-                        stream = transport.send_message_streaming(request, context=context)
-                        try:
-                            async for update in stream:
-                                state.take(update)
-                                if state.stopped:
-                                    break
-                        finally:
-                            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                                await stream.aclose()
+                        await rpc.stream("SendStreamingMessage", request, state)
                     else:
-                        response = await transport.send_message(request, context=context)
+                        result = await rpc.call("SendMessage", request)
+                        response = json_format.ParseDict(
+                            result, pb.SendMessageResponse(), ignore_unknown_fields=True
+                        )
                         if response.HasField("task"):
                             state.take(pb.StreamResponse(task=response.task))
                         else:
@@ -136,16 +128,128 @@ class _Remote:
                         anyio.move_on_after(5),
                         contextlib.suppress(Exception),
                     ):
-                        await transport.cancel_task(
-                            pb.CancelTaskRequest(id=state.task_id), context=context
-                        )
+                        await rpc.call("CancelTask", pb.CancelTaskRequest(id=state.task_id))
                 raise
             if state.held and state.task_id:  # nobody here can answer it: end it
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5), _mapped(self.url):
-                    await transport.cancel_task(
-                        pb.CancelTaskRequest(id=state.task_id), context=context
-                    )
+                    await rpc.call("CancelTask", pb.CancelTaskRequest(id=state.task_id))
             return state.output(self.url)
+
+
+#: Seconds a streamed call waits, shielded from cancellation, for the remote to name its task.
+NAMING_S = 10.0
+
+_ERRORS = {code: kind for kind, code in a2a_errors.JSON_RPC_ERROR_CODE_MAP.items()}
+
+
+class _Rpc:
+    """A2A's JSON-RPC binding over one httpx client: calls and a streamed call.
+
+    Written here rather than with the SDK's transport: its stream is a chain of
+    async generators that, left early (a cancelled call), are finalized by the
+    garbage collector (a ``ResourceWarning`` on trio); these streams are closed
+    where they are left.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, endpoint: str) -> None:
+        self.http, self.endpoint = http, endpoint
+
+    @staticmethod
+    def _payload(method: str, params: Any) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": str(uuid.uuid4()),
+            "method": method,
+            "params": json_format.MessageToDict(params),
+        }
+
+    @staticmethod
+    def _result(body: Any) -> Any:
+        if not isinstance(body, dict) or ("result" not in body and "error" not in body):
+            raise a2a_errors.InvalidAgentResponseError("not a JSON-RPC response")
+        error = body.get("error")
+        if error is not None:
+            code = error.get("code") if isinstance(error, dict) else None
+            text = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+            raise _ERRORS.get(code, a2a_errors.InternalError)(f"{text} (JSON-RPC {code})")
+        return body["result"]
+
+    async def call(self, method: str, params: Any) -> Any:
+        response = await self.http.post(self.endpoint, json=self._payload(method, params))
+        response.raise_for_status()
+        return self._result(response.json())
+
+    async def stream(self, method: str, params: Any, state: _State) -> None:
+        """Feed ``state`` the stream's updates until it stops or the server ends it.
+
+        Until the first update names the remote task, the call is shielded from
+        cancellation (for at most :data:`NAMING_S`): a task it started is a task
+        it can cancel. A cancellation meanwhile lands right after.
+        """
+        headers = {"Accept": "text/event-stream"}
+        payload = self._payload(method, params)
+        request = self.http.build_request("POST", self.endpoint, json=payload, headers=headers)
+        data: list[str] = []
+
+        def feed(line: str) -> bool:
+            """Take one line of the stream; whether the task has stopped."""
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif not line and data:
+                result = self._result(json.loads("\n".join(data)))
+                data.clear()
+                update = json_format.ParseDict(
+                    result, pb.StreamResponse(), ignore_unknown_fields=True
+                )
+                state.take(update)
+            return state.stopped
+
+        with anyio.CancelScope(shield=True) as naming:
+            naming.deadline = anyio.current_time() + NAMING_S
+            r = await self.http.send(request, stream=True)
+        if naming.cancelled_caught:
+            raise TransientToolError(f"no answer from {self.endpoint} in {NAMING_S} s")
+        lines: Any = None
+        try:
+            if r.status_code >= 400:
+                await r.aread()
+                r.raise_for_status()
+            if "text/event-stream" not in r.headers.get("content-type", ""):
+                await r.aread()
+                self._result(r.json())  # an error before the stream began
+                raise a2a_errors.InvalidAgentResponseError("the answer is not an event stream")
+            lines = r.aiter_lines()
+            with anyio.CancelScope(shield=True) as naming:
+                naming.deadline = anyio.current_time() + NAMING_S
+                async for line in lines:
+                    if feed(line) or state.task_id:
+                        break
+            if state.stopped:
+                return
+            async for line in lines:
+                if feed(line):
+                    return
+        finally:
+            with anyio.CancelScope(shield=True):
+                if lines is not None:
+                    await _unwind(lines)
+                with anyio.move_on_after(5):
+                    await r.aclose()
+
+
+async def _unwind(agen: Any) -> None:
+    """Finish an httpx line iterator left mid-stream, so none of its chain of async
+    generators is left suspended for the garbage collector (trio warns for each).
+
+    httpx does not close the inner generators when the outer one is closed;
+    resuming the chain in a cancelled, shielded scope drains what is buffered
+    and raises ``Cancelled`` at its first network read, which unwinds every frame.
+    """
+    with anyio.CancelScope(shield=True) as scope:
+        scope.cancel()
+        with contextlib.suppress(Exception):
+            async for _ in agen:
+                pass
 
 
 class _State:
@@ -159,6 +263,8 @@ class _State:
         self.artifacts: dict[str, list[str]] = {}
         self.metadata: dict[str, Any] = {}
         self.message_text: str | None = None
+        #: The remote streams its text in status messages (then artifacts are not streamed).
+        self.streamed = False
 
     @property
     def stopped(self) -> bool:
@@ -204,14 +310,14 @@ class _State:
                     return  # the whole artifact again, after its chunks
                 pieces.clear()
             pieces.append(text)
-            if u.append or self.state != pb.TaskState.TASK_STATE_WORKING:
-                return
-            self._emit(text)
+            if not self.streamed:  # a remote that streams its text as artifact chunks
+                self._emit(text)
 
     def _status(self, status: pb.TaskStatus, meta: dict[str, Any] | None) -> None:
         self.state = status.state
         text = _text(status.message.parts) if status.HasField("message") else ""
         if status.state == pb.TaskState.TASK_STATE_WORKING and meta is not None:
+            self.streamed = self.streamed or bool(text)
             self._emit(text)  # progress: a piece of the text as it streams
         elif text:
             self.status_text = text
