@@ -401,3 +401,50 @@ async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> N
         result = await rt.run(delegating(A2AAgent(dead, name="gone")), "go")
     [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
     assert call.outcome == "transient_error" and "unreachable" in call.content
+
+
+# ---------------------------------------------------------------- durable tasks
+
+
+async def test_durable_task_survives_a_restart_between_question_and_answer(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    """On a durable Runtime, a task held for approval outlives its server: a new
+    Runtime on the same SQLite store and a new server answer GetTask with
+    input-required, and the answer sent there completes the task."""
+    path = tmp_path / "runs.db"
+    agent = guarded()
+    store = tether.SQLiteRunStore(path)
+    async with (
+        tether.Runtime(store=store, agents=[agent]) as rt,
+        served(agent, rt, anyio_backend, store=store) as url,
+        httpx.AsyncClient() as http,
+    ):
+        client = await sdk_client(url, http, streaming=False)
+        [first] = [
+            u
+            async for u in client.send_message(
+                pb.SendMessageRequest(message=user_message("one two three"))
+            )
+        ]
+        task = first.task
+        assert task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+
+    store = tether.SQLiteRunStore(path)  # a new process would open it anew
+    async with (
+        tether.Runtime(store=store, agents=[agent], resume=True) as rt,
+        served(agent, rt, anyio_backend, store=store) as url,
+        httpx.AsyncClient() as http,
+    ):
+        client = await sdk_client(url, http)
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert got.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        assert got.context_id == task.context_id
+        answer = user_message("approve", task_id=task.id, context_id=task.context_id)
+        updates = [u async for u in client.send_message(pb.SendMessageRequest(message=answer))]
+        final = updates[-1].status_update
+        assert final.status.state == pb.TaskState.TASK_STATE_COMPLETED
+        assert final.status.message.parts[0].text == "Your input has 3 words."
+        done = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert done.status.state == pb.TaskState.TASK_STATE_COMPLETED
+        assert done.artifacts[0].parts[0].text == "Your input has 3 words."
