@@ -448,3 +448,34 @@ async def test_durable_task_survives_a_restart_between_question_and_answer(
         done = await client.get_task(pb.GetTaskRequest(id=task.id))
         assert done.status.state == pb.TaskState.TASK_STATE_COMPLETED
         assert done.artifacts[0].parts[0].text == "Your input has 3 words."
+
+
+# ---------------------------------------------------------------- trace context
+
+
+async def test_trace_context_crosses_a2a(anyio_backend: str) -> None:
+    """With tether.otel in use, the remote run's span is a child of the caller's tool
+    call span: one trace across the A2A hop (W3C traceparent)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tether.otel import OtelSink
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with (
+        tether.Runtime(event_sink=OtelSink(provider)) as server_rt,
+        served(answering(), server_rt, anyio_backend) as url,
+    ):
+        async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
+            result = await rt.run(delegating(A2AAgent(url, name="oracle")), "go")
+    assert result.ok
+    provider.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    caller, tool_span = spans["invoke_agent caller"], spans["execute_tool oracle"]
+    remote = spans["invoke_agent answerer"]
+    assert remote.context.trace_id == caller.context.trace_id
+    assert remote.parent is not None
+    assert remote.parent.span_id == tool_span.context.span_id

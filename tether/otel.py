@@ -85,6 +85,7 @@ __all__ = [
     "adopt_remote_parent",
     "combine",
     "traceparent_headers",
+    "tracing",
 ]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
@@ -544,6 +545,11 @@ _MAX_REMOTE_PARENTS = 10_000
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+def tracing() -> bool:
+    """Whether an :class:`OtelSink` is alive in this process."""
+    return bool(_SINKS)
+
+
 def adopt_remote_parent(run_id: str, carrier: Mapping[str, str]) -> None:
     """Make the span that ``carrier``'s W3C ``traceparent`` names the parent of run
     ``run_id``'s ``invoke_agent`` span (call it before the run starts).
@@ -559,10 +565,11 @@ def adopt_remote_parent(run_id: str, carrier: Mapping[str, str]) -> None:
     _REMOTE_PARENTS[run_id] = context
 
 
-def traceparent_headers(run_id: str, call_id: str) -> dict[str, str]:
+def traceparent_headers(run_id: str, call_id: str, *, fallback: bool = True) -> dict[str, str]:
     """The W3C trace context (``traceparent``, ``tracestate``) of tool call ``call_id``'s
-    ``execute_tool`` span in run ``run_id``, for a request that call makes; the run's
-    span if the sink has not opened the call's yet; ``{}`` if no sink has the run.
+    ``execute_tool`` span in run ``run_id``, for a request that call makes; with
+    ``fallback``, the run's span if the sink has not opened the call's yet; ``{}``
+    if no sink has it (a sink works in a thread of its own: it may be behind).
 
     ``tether.a2a.A2AAgent`` sends it with its requests.
     """
@@ -570,7 +577,9 @@ def traceparent_headers(run_id: str, call_id: str) -> dict[str, str]:
         run = sink._runs.get(run_id)
         if run is None:
             continue
-        span = run.tools.get(call_id) or run.span
+        span = run.tools.get(call_id) or (run.span if fallback else None)
+        if span is None:
+            return {}
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         return carrier

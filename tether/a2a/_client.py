@@ -92,7 +92,7 @@ class _Remote:
         ctx = current_tool_context()
         run_id = ctx.run_id if ctx is not None else ""
         call_id = ctx.call_id if ctx is not None else ""
-        headers = {**self.headers, **trace_headers(run_id, call_id)}
+        headers = {**self.headers, **(await trace_headers(run_id, call_id))}
         timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
         async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
             with _mapped(self.url):
