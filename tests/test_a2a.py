@@ -6,7 +6,6 @@ uvicorn on asyncio, hypercorn on trio.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,8 +22,14 @@ from google.protobuf import json_format
 import tether
 from tether import events as ev
 from tether.a2a import USAGE_KEY, A2AAgent, serve
-from tether.providers import ModelRequest, ProviderContext, Reply, ScriptedProvider, ToolCall
-from tether.providers import ToolResultBlock
+from tether.providers import (
+    ModelRequest,
+    ProviderContext,
+    Reply,
+    ScriptedProvider,
+    ToolCall,
+    ToolResultBlock,
+)
 
 from .helpers import task_names
 
@@ -51,7 +56,7 @@ async def served(
             config = uvicorn.Config(app, lifespan="off", log_level="warning")
             server = uvicorn.Server(config)
             tg.start_soon(server.serve, [sock])
-            while not server.started:
+            while not server.started:  # noqa: ASYNC110  (uvicorn offers a flag, not an event)
                 await anyio.sleep(0.01)
             try:
                 yield url
@@ -81,6 +86,19 @@ async def served(
                 done.set()
 
 
+@asynccontextmanager
+async def serving(
+    agent: tether.Agent, backend: str, **runtime: Any
+) -> AsyncIterator[tuple[tether.Runtime, str, httpx.AsyncClient]]:
+    """A Runtime, ``agent`` served on it, and an HTTP client."""
+    async with (
+        tether.Runtime(**runtime) as rt,
+        served(agent, rt, backend) as url,
+        httpx.AsyncClient() as http,
+    ):
+        yield rt, url, http
+
+
 def answering(text: str = ANSWER, latency_s: float = 0.0) -> tether.Agent:
     """An agent that answers ``text`` in pieces of 4 characters."""
     provider = ScriptedProvider(
@@ -99,7 +117,10 @@ def count_script(request: ModelRequest, ctx: ProviderContext) -> Reply:
     last = request.messages[-1]
     results = [b.content for b in last.content if isinstance(b, ToolResultBlock)]
     if not results:
-        return Reply(text="Counting.", tool_calls=[ToolCall(name="word_count", arguments={"text": last.text})])
+        return Reply(
+            text="Counting.",
+            tool_calls=[ToolCall(name="word_count", arguments={"text": last.text})],
+        )
     return Reply(text=f"Your input has {results[0]} words.")
 
 
@@ -132,7 +153,9 @@ def stuck() -> tether.Agent:
 
 
 def user_message(text: str, **ids: str) -> pb.Message:
-    return pb.Message(message_id="m-" + text[:8], role=pb.Role.ROLE_USER, parts=[pb.Part(text=text)], **ids)
+    return pb.Message(
+        message_id="m-" + text[:8], role=pb.Role.ROLE_USER, parts=[pb.Part(text=text)], **ids
+    )
 
 
 async def sdk_client(url: str, http: httpx.AsyncClient, *, streaming: bool = True) -> Any:
@@ -145,18 +168,17 @@ async def sdk_client(url: str, http: httpx.AsyncClient, *, streaming: bool = Tru
 async def test_sdk_client_streams_a_task_to_completion(anyio_backend: str) -> None:
     """The SDK's streaming client gets the task, its text as it streams, the answer
     artifact and a completed status whose metadata carries tether's usage."""
-    async with tether.Runtime() as rt:
-        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
-            card = (await http.get(url + "/.well-known/agent-card.json")).json()
-            assert card["name"] == "answerer"
-            assert card["capabilities"]["streaming"] is True
-            client = await sdk_client(url, http)
-            updates = [
-                u
-                async for u in client.send_message(
-                    pb.SendMessageRequest(message=user_message("what is it?"))
-                )
-            ]
+    async with serving(answering(), anyio_backend) as (_rt, url, http):
+        card = (await http.get(url + "/.well-known/agent-card.json")).json()
+        assert card["name"] == "answerer"
+        assert card["capabilities"]["streaming"] is True
+        client = await sdk_client(url, http)
+        updates = [
+            u
+            async for u in client.send_message(
+                pb.SendMessageRequest(message=user_message("what is it?"))
+            )
+        ]
     kinds = [u.WhichOneof("payload") for u in updates]
     assert kinds[0] == "task"
     deltas = [
@@ -165,126 +187,123 @@ async def test_sdk_client_streams_a_task_to_completion(anyio_backend: str) -> No
         if u.WhichOneof("payload") == "status_update"
         and u.status_update.status.state == pb.TaskState.TASK_STATE_WORKING
     ]
-    assert len(deltas) > 1 and "".join(deltas) == ANSWER
+    assert len(deltas) > 1
+    assert "".join(deltas) == ANSWER
     artifact = next(u.artifact_update.artifact for u in updates if u.HasField("artifact_update"))
-    assert artifact.name == "answer" and artifact.parts[0].text == ANSWER
+    assert artifact.name == "answer"
+    assert artifact.parts[0].text == ANSWER
     final = updates[-1].status_update
     assert final.status.state == pb.TaskState.TASK_STATE_COMPLETED
     usage = json_format.MessageToDict(final.metadata)[USAGE_KEY]
-    assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0
+    assert usage["output_tokens"] > 0
+    assert usage["input_tokens"] > 0
 
 
 async def test_sdk_client_input_required_then_approval_completes(anyio_backend: str) -> None:
     """A held tool call is an input-required task listing the call; the answer
     'approve' in the same task lets the call run and the task completes."""
-    async with tether.Runtime() as rt:
-        async with served(guarded(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
-            client = await sdk_client(url, http, streaming=False)
-            [first] = [
-                u
-                async for u in client.send_message(
-                    pb.SendMessageRequest(message=user_message("one two three"))
-                )
-            ]
-            task = first.task
-            assert task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
-            data = json_format.MessageToDict(task.status.message.parts[1].data)
-            [held] = data["approvals"]
-            assert held["tool"] == "word_count"
-            got = await client.get_task(pb.GetTaskRequest(id=task.id))
-            assert got.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
-            answer = user_message("approve", task_id=task.id, context_id=task.context_id)
-            [second] = [
-                u async for u in client.send_message(pb.SendMessageRequest(message=answer))
-            ]
-            done = second.task
-            assert done.id == task.id and done.context_id == task.context_id
-            assert done.status.state == pb.TaskState.TASK_STATE_COMPLETED
-            assert done.artifacts[0].parts[0].text == "Your input has 3 words."
-            again = await client.get_task(pb.GetTaskRequest(id=task.id))
-            assert again.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    async with serving(guarded(), anyio_backend) as (_rt, url, http):
+        client = await sdk_client(url, http, streaming=False)
+        [first] = [
+            u
+            async for u in client.send_message(
+                pb.SendMessageRequest(message=user_message("one two three"))
+            )
+        ]
+        task = first.task
+        assert task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        data = json_format.MessageToDict(task.status.message.parts[1].data)
+        [held] = data["approvals"]
+        assert held["tool"] == "word_count"
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert got.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        answer = user_message("approve", task_id=task.id, context_id=task.context_id)
+        [second] = [u async for u in client.send_message(pb.SendMessageRequest(message=answer))]
+        done = second.task
+        assert done.id == task.id
+        assert done.context_id == task.context_id
+        assert done.status.state == pb.TaskState.TASK_STATE_COMPLETED
+        assert done.artifacts[0].parts[0].text == "Your input has 3 words."
+        again = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert again.status.state == pb.TaskState.TASK_STATE_COMPLETED
 
 
 async def test_sdk_client_streams_input_required_then_rejection(anyio_backend: str) -> None:
     """Streamed: the task stops at input-required; a streamed 'reject <reason>' goes on
     to completion, and the model was told the reason."""
     seen: list[ev.Event] = []
-    async with tether.Runtime(event_sink=seen.append) as rt:
-        async with served(guarded(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
-            client = await sdk_client(url, http)
-            first = [
-                u
-                async for u in client.send_message(
-                    pb.SendMessageRequest(message=user_message("one two"))
-                )
-            ]
-            held = first[-1].status_update
-            assert held.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
-            answer = user_message("reject not today", task_id=held.task_id)
-            second = [
-                u async for u in client.send_message(pb.SendMessageRequest(message=answer))
-            ]
-            assert second[-1].status_update.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    async with serving(guarded(), anyio_backend, event_sink=seen.append) as (_rt, url, http):
+        client = await sdk_client(url, http)
+        first = [
+            u
+            async for u in client.send_message(
+                pb.SendMessageRequest(message=user_message("one two"))
+            )
+        ]
+        held = first[-1].status_update
+        assert held.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        answer = user_message("reject not today", task_id=held.task_id)
+        second = [u async for u in client.send_message(pb.SendMessageRequest(message=answer))]
+        assert second[-1].status_update.status.state == pb.TaskState.TASK_STATE_COMPLETED
     finished = [e for e in seen if isinstance(e, ev.ToolCallFinished)]
-    assert finished[0].outcome == "denied" and "not today" in finished[0].content
+    assert finished[0].outcome == "denied"
+    assert "not today" in finished[0].content
 
 
 async def test_sdk_client_cancels_a_working_task(anyio_backend: str) -> None:
     """CancelTask on a working task cancels its run: the task is canceled, and stays so."""
-    async with tether.Runtime() as rt:
-        async with served(stuck(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
-            client = await sdk_client(url, http, streaming=False)
-            request = pb.SendMessageRequest(message=user_message("wait"))
-            request.configuration.return_immediately = True
-            [first] = [u async for u in client.send_message(request)]
-            task_id = first.task.id
-            assert first.task.status.state == pb.TaskState.TASK_STATE_WORKING
-            canceled = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
-            assert canceled.status.state == pb.TaskState.TASK_STATE_CANCELED
-            got = await client.get_task(pb.GetTaskRequest(id=task_id))
-            assert got.status.state == pb.TaskState.TASK_STATE_CANCELED
-            assert rt.in_flight(task_id) is None
+    async with serving(stuck(), anyio_backend) as (rt, url, http):
+        client = await sdk_client(url, http, streaming=False)
+        request = pb.SendMessageRequest(message=user_message("wait"))
+        request.configuration.return_immediately = True
+        [first] = [u async for u in client.send_message(request)]
+        task_id = first.task.id
+        assert first.task.status.state == pb.TaskState.TASK_STATE_WORKING
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
+        assert canceled.status.state == pb.TaskState.TASK_STATE_CANCELED
+        got = await client.get_task(pb.GetTaskRequest(id=task_id))
+        assert got.status.state == pb.TaskState.TASK_STATE_CANCELED
+        assert rt.in_flight(task_id) is None
 
 
 async def test_legacy_method_names(anyio_backend: str) -> None:
     """A2A 0.3's method names and JSON (message/send, tasks/get) are answered too."""
-    async with tether.Runtime() as rt:
-        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
-            body = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "message/send",
-                "params": {
-                    "message": {
-                        "kind": "message",
-                        "messageId": "m1",
-                        "role": "user",
-                        "parts": [{"kind": "text", "text": "hi"}],
-                    }
-                },
-            }
-            sent = (await http.post(url + "/", json=body)).json()["result"]
-            assert sent["kind"] == "task" and sent["status"]["state"] == "completed"
-            query = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": sent["id"]}}
-            got = (await http.post(url + "/", json=query)).json()["result"]
-            assert got["status"]["state"] == "completed"
-            assert got["artifacts"][0]["parts"][0]["text"] == ANSWER
+    async with serving(answering(), anyio_backend) as (_rt, url, http):
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "messageId": "m1",
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "hi"}],
+                }
+            },
+        }
+        sent = (await http.post(url + "/", json=body)).json()["result"]
+        assert sent["kind"] == "task"
+        assert sent["status"]["state"] == "completed"
+        query = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": sent["id"]}}
+        got = (await http.post(url + "/", json=query)).json()["result"]
+        assert got["status"]["state"] == "completed"
+        assert got["artifacts"][0]["parts"][0]["text"] == ANSWER
 
 
 async def test_bad_requests_get_json_rpc_errors(anyio_backend: str) -> None:
     """Unknown methods, unknown tasks and empty messages are JSON-RPC errors with A2A's codes."""
-    async with tether.Runtime() as rt:
-        async with served(answering(), rt, anyio_backend) as url, httpx.AsyncClient() as http:
+    async with serving(answering(), anyio_backend) as (_rt, url, http):
 
-            async def call(method: str, params: Any) -> dict[str, Any]:
-                body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
-                answer: dict[str, Any] = (await http.post(url + "/", json=body)).json()
-                return answer["error"]
+        async def call(method: str, params: Any) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+            answer: dict[str, Any] = (await http.post(url + "/", json=body)).json()
+            return answer["error"]
 
-            assert (await call("Nope", {}))["code"] == -32601
-            assert (await call("GetTask", {"id": "task-x"}))["code"] == -32001
-            assert (await call("SendMessage", {"message": {"parts": []}}))["code"] == -32602
-            assert (await http.post(url + "/", content=b"{nope")).json()["error"]["code"] == -32700
+        assert (await call("Nope", {}))["code"] == -32601
+        assert (await call("GetTask", {"id": "task-x"}))["code"] == -32001
+        assert (await call("SendMessage", {"message": {"parts": []}}))["code"] == -32602
+        assert (await http.post(url + "/", content=b"{nope")).json()["error"]["code"] == -32700
 
 
 # ------------------------------------------------------------------- A2AAgent
@@ -323,8 +342,11 @@ async def test_a2a_agent_streams_and_charges_the_remote_usage(anyio_backend: str
     assert result.termination is tether.Termination.ANSWERED
     assert result.output == f"ok: {ANSWER}"
     assert "".join(deltas) == ANSWER
-    charged = [e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "subagent"]
-    assert len(charged) == 1 and charged[0].output_tokens > 0
+    charged = [
+        e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "subagent"
+    ]
+    assert len(charged) == 1
+    assert charged[0].output_tokens > 0
     model = [e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "model"]
     assert result.usage.output_tokens == charged[0].output_tokens + sum(
         e.output_tokens for e in model
@@ -369,12 +391,13 @@ async def test_cancelling_the_caller_cancels_the_remote_task(anyio_backend: str)
             result = await handle.result()
         assert result.termination is tether.Termination.CANCELLED
         with anyio.fail_after(10):
-            while server_rt.in_flight(remote_id) is not None:
+            while server_rt.in_flight(remote_id) is not None:  # noqa: ASYNC110  (no event to wait on)
                 await anyio.sleep(0.01)
         assert {n for n in task_names() - before if "tether" in n} == set()
     [finished] = [e for e in remote_events if isinstance(e, ev.RunFinished)]
     assert finished.termination is tether.Termination.CANCELLED
-    assert finished.error is not None and "A2A" in finished.error
+    assert finished.error is not None
+    assert "A2A" in finished.error
 
 
 async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> None:
@@ -387,12 +410,17 @@ async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> N
         tools=[word_count],
         limits=tether.Limits(max_steps=1),
     )
-    async with tether.Runtime() as server_rt, served(failing, server_rt, anyio_backend) as url:
-        async with tether.Runtime() as rt:
-            result = await rt.run(delegating(A2AAgent(url, name="failing")), "go")
+    async with (
+        tether.Runtime() as server_rt,
+        served(failing, server_rt, anyio_backend) as url,
+        tether.Runtime() as rt,
+    ):
+        result = await rt.run(delegating(A2AAgent(url, name="failing")), "go")
     [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
-    assert call.outcome == "model_error" and "ended failed: max_steps" in call.content
-    assert result.output is not None and result.output.startswith("error:")
+    assert call.outcome == "model_error"
+    assert "ended failed: max_steps" in call.content
+    assert result.output is not None
+    assert result.output.startswith("error:")
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -400,7 +428,8 @@ async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> N
     async with tether.Runtime() as rt:
         result = await rt.run(delegating(A2AAgent(dead, name="gone")), "go")
     [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
-    assert call.outcome == "transient_error" and "unreachable" in call.content
+    assert call.outcome == "transient_error"
+    assert "unreachable" in call.content
 
 
 # ---------------------------------------------------------------- durable tasks
@@ -468,9 +497,9 @@ async def test_trace_context_crosses_a2a(anyio_backend: str) -> None:
     async with (
         tether.Runtime(event_sink=OtelSink(provider)) as server_rt,
         served(answering(), server_rt, anyio_backend) as url,
+        tether.Runtime(event_sink=OtelSink(provider)) as rt,
     ):
-        async with tether.Runtime(event_sink=OtelSink(provider)) as rt:
-            result = await rt.run(delegating(A2AAgent(url, name="oracle")), "go")
+        result = await rt.run(delegating(A2AAgent(url, name="oracle")), "go")
     assert result.ok
     provider.shutdown()
     spans = {s.name: s for s in exporter.get_finished_spans()}

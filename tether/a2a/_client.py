@@ -83,7 +83,7 @@ class _Remote:
                 "1.0.0",
                 "",
             ):
-                return interface.url
+                return str(interface.url)
         raise FatalToolError(
             f"the A2A agent at {self.url} offers no JSON-RPC interface of protocol 1.0"
         )
@@ -171,7 +171,8 @@ class _Rpc:
         if error is not None:
             code = error.get("code") if isinstance(error, dict) else None
             text = str(error.get("message", "")) if isinstance(error, dict) else str(error)
-            raise _ERRORS.get(code, a2a_errors.InternalError)(f"{text} (JSON-RPC {code})")
+            kind = _ERRORS.get(code, a2a_errors.InternalError) if isinstance(code, int) else None
+            raise (kind or a2a_errors.InternalError)(f"{text} (JSON-RPC {code})")
         return body["result"]
 
     async def call(self, method: str, params: Any) -> Any:
@@ -258,7 +259,7 @@ class _State:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.task_id = ""
-        self.state: pb.TaskState.ValueType = pb.TaskState.TASK_STATE_UNSPECIFIED
+        self.state: pb.TaskState = pb.TaskState.TASK_STATE_UNSPECIFIED
         self.status_text = ""
         self.artifacts: dict[str, list[str]] = {}
         self.metadata: dict[str, Any] = {}
@@ -301,11 +302,11 @@ class _State:
             self._status(u.status, meta)
             self.metadata.update(meta)
         elif kind == "artifact_update":
-            u = update.artifact_update
-            self.task_id = self.task_id or u.task_id
-            text = _text(u.artifact.parts)
-            pieces = self.artifacts.setdefault(u.artifact.artifact_id, [])
-            if not u.append:
+            a = update.artifact_update
+            self.task_id = self.task_id or a.task_id
+            text = _text(a.artifact.parts)
+            pieces = self.artifacts.setdefault(a.artifact.artifact_id, [])
+            if not a.append:
                 if pieces and "".join(pieces) == text:
                     return  # the whole artifact again, after its chunks
                 pieces.clear()
@@ -333,22 +334,29 @@ class _State:
 
     def output(self, url: str) -> ToolOutput:
         ins, outs, cost = self.usage()
-        charge = {"input_tokens": ins, "output_tokens": outs, "cost_usd": cost}
+
+        def output(content: str, is_error: bool = False) -> ToolOutput:
+            return ToolOutput(
+                content=content,
+                is_error=is_error,
+                input_tokens=ins,
+                output_tokens=outs,
+                cost_usd=cost,
+            )
+
         if self.message_text is not None:
-            return ToolOutput(content=self.message_text, **charge)
+            return output(self.message_text)
         answer = "\n".join("".join(p) for p in self.artifacts.values()).strip()
         state = self.state
         if state == pb.TaskState.TASK_STATE_COMPLETED:
-            return ToolOutput(content=answer or self.status_text, **charge)
+            return output(answer or self.status_text)
         name = pb.TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
         why = self.status_text or answer or "no reason given"
         if self.held:
             why = f"it asks for input this tool cannot give, so its task was cancelled: {why}"
         elif state not in _FINAL:
             why = f"its stream ended without a final state ({name})"
-        return ToolOutput(
-            content=f"the remote agent at {url} ended {name}: {why}", is_error=True, **charge
-        )
+        return output(f"the remote agent at {url} ended {name}: {why}", is_error=True)
 
 
 def _text(parts: Any) -> str:

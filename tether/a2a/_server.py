@@ -70,7 +70,8 @@ class _RpcError(Exception):
 
 
 def _code(kind: type[a2a_errors.A2AError]) -> int:
-    return a2a_errors.JSON_RPC_ERROR_CODE_MAP[kind]
+    code: int = a2a_errors.JSON_RPC_ERROR_CODE_MAP[kind]
+    return code
 
 
 @attrs.define

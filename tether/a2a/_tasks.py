@@ -219,7 +219,7 @@ def usage_metadata(usage: Usage) -> dict[str, Any]:
     }
 
 
-def state_of(ending: Ending) -> pb.TaskState.ValueType:
+def state_of(ending: Ending) -> pb.TaskState:
     if ending.termination.ok:
         return pb.TaskState.TASK_STATE_COMPLETED
     if ending.termination is Termination.CANCELLED:
