@@ -31,6 +31,7 @@ from tether.providers import (
     ToolResultBlock,
 )
 
+from .browser import free_port
 from .helpers import task_names
 
 pytestmark = pytest.mark.anyio
@@ -43,30 +44,34 @@ async def served(
     agent: tether.Agent, rt: tether.Runtime, backend: str, **options: Any
 ) -> AsyncIterator[str]:
     """Serve ``agent`` over A2A on 127.0.0.1 inside this loop; yield its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    app = serve(agent, runtime=rt, url=url + "/", **options)
+    url = f"http://127.0.0.1:{free_port()}"
+    async with served_app(serve(agent, runtime=rt, url=url + "/", **options), url, backend):
+        yield url
+
+
+@asynccontextmanager
+async def served_app(app: Any, url: str, backend: str) -> AsyncIterator[None]:
+    """Serve ``app`` at ``url`` (127.0.0.1) inside this loop: uvicorn or hypercorn-on-trio."""
+    port = int(url.rsplit(":", 1)[1])
     async with anyio.create_task_group() as tg:
         if backend == "asyncio":
             import uvicorn
 
-            sock.listen(128)
-            config = uvicorn.Config(app, lifespan="off", log_level="warning")
+            config = uvicorn.Config(
+                app, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+            )
             server = uvicorn.Server(config)
-            tg.start_soon(server.serve, [sock])
+            tg.start_soon(server.serve)
             while not server.started:  # noqa: ASYNC110  (uvicorn offers a flag, not an event)
                 await anyio.sleep(0.01)
             try:
-                yield url
+                yield
             finally:
                 server.should_exit = True
         else:
             from hypercorn.config import Config
             from hypercorn.trio import serve as hyper
 
-            sock.close()
             config = Config()
             config.bind = [f"127.0.0.1:{port}"]
             config.loglevel = "WARNING"
@@ -81,7 +86,7 @@ async def served(
                 await s.aclose()
                 break
             try:
-                yield url
+                yield
             finally:
                 done.set()
 
@@ -508,3 +513,66 @@ async def test_trace_context_crosses_a2a(anyio_backend: str) -> None:
     assert remote.context.trace_id == caller.context.trace_id
     assert remote.parent is not None
     assert remote.parent.span_id == tool_span.context.span_id
+
+
+# ------------------------------------------------------- cancellation points
+
+
+def hanging_app(where: str, card: dict[str, Any]) -> Any:
+    """A fake A2A server that hangs at ``where``: the card, or the streamed answer."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def get_card(request: Any) -> Any:
+        if where == "card":
+            await anyio.sleep_forever()
+        return JSONResponse(card)
+
+    async def rpc(request: Any) -> Any:
+        await anyio.sleep_forever()
+
+    return Starlette(
+        routes=[
+            Route("/.well-known/agent-card.json", get_card),
+            Route("/", rpc, methods=["POST"]),
+        ]
+    )
+
+
+@pytest.mark.parametrize("where", ["card", "stream"])
+async def test_cancelled_while_the_remote_hangs(
+    anyio_backend: str, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling the caller while A2AAgent waits for the card, or (shielded, bounded)
+    for the remote to name its task, ends the run cancelled with no task left behind."""
+    import tether.a2a._client as client_module
+
+    monkeypatch.setattr(client_module, "NAMING_S", 0.2)
+    url = f"http://127.0.0.1:{free_port()}"
+    card = {
+        "name": "hang",
+        "description": "hangs",
+        "version": "1",
+        "supportedInterfaces": [
+            {"url": url + "/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
+    app = hanging_app(where, card)
+    before = task_names()
+    async with tether.Runtime() as rt, served_app(app, url, anyio_backend):
+        handle = rt.start(delegating(A2AAgent(url, name="hang")), "go")
+        async for event in handle.events():
+            if isinstance(event, ev.ToolCallStarted):
+                break
+        await anyio.wait_all_tasks_blocked()
+        handle.cancel("stop")
+        result = await handle.result()
+    assert result.termination is tether.Termination.CANCELLED
+    [finished] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert finished.outcome == "cancelled"
+    assert {n for n in task_names() - before if "tether" in n} == set()

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 try:
     import a2a.types  # noqa: F401
-except ImportError as exc:  # pragma: no cover - checked by tests/test_extras.py style
+    import starlette  # noqa: F401  (the server's app)
+except ImportError as exc:  # tests/test_extras.py hides them to check this
     raise ImportError(
-        "tether.a2a needs the A2A SDK: install the extra with pip install 'tether[a2a]' (a2a-sdk)"
+        "tether.a2a needs the A2A SDK and Starlette: install the extra with "
+        "pip install 'tether[a2a]' (a2a-sdk, starlette)"
     ) from exc
 
 from ._client import A2AAgent as A2AAgent

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 import httpx
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
@@ -209,6 +210,7 @@ class _Rpc:
             naming.deadline = anyio.current_time() + NAMING_S
             r = await self.http.send(request, stream=True)
         if naming.cancelled_caught:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller: Cancelled
             raise TransientToolError(f"no answer from {self.endpoint} in {NAMING_S} s")
         lines: Any = None
         try:
