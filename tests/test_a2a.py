@@ -424,6 +424,8 @@ async def test_a2a_agent_failures_are_typed_tool_errors(anyio_backend: str) -> N
     [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
     assert call.outcome == "model_error"
     assert "ended failed: max_steps" in call.content
+    # The remote's usage is charged even though its task failed.
+    assert any(isinstance(e, ev.UsageCharged) and e.source == "subagent" for e in result.events)
     assert result.output is not None
     assert result.output.startswith("error:")
 
