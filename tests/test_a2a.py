@@ -6,6 +6,7 @@ uvicorn on asyncio, hypercorn on trio.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from google.protobuf import json_format
 import tether
 from tether import events as ev
 from tether.a2a import USAGE_KEY, A2AAgent, serve
+from tether.a2a._client import _unwind
 from tether.providers import (
     ModelRequest,
     ProviderContext,
@@ -578,3 +580,52 @@ async def test_cancelled_while_the_remote_hangs(
     [finished] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
     assert finished.outcome == "cancelled"
     assert {n for n in task_names() - before if "tether" in n} == set()
+
+
+async def test_a_streaming_client_that_leaves_does_not_stop_the_task(anyio_backend: str) -> None:
+    """A client that closes its stream mid-way leaves the task running; GetTask then
+    finds it completed, and the server is none the worse."""
+    slow = answering(latency_s=0.2)
+    async with serving(slow, anyio_backend) as (rt, url, http):
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendStreamingMessage",
+            "params": {
+                "message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "q"}]}
+            },
+        }
+        async with http.stream("POST", url + "/", json=body) as response:
+            lines = response.aiter_lines()
+            first = await lines.__anext__()
+            await _unwind(lines)  # httpx leaves its inner generators open otherwise
+        task_id = json.loads(first.removeprefix("data: "))["result"]["task"]["id"]
+        client = await sdk_client(url, http)
+        for _ in range(500):
+            got = await client.get_task(pb.GetTaskRequest(id=task_id))
+            if got.status.state != pb.TaskState.TASK_STATE_WORKING:
+                break
+            await anyio.sleep(0.02)
+        assert got.status.state == pb.TaskState.TASK_STATE_COMPLETED
+        assert got.artifacts[0].parts[0].text == ANSWER
+        assert rt.in_flight(task_id) is None
+
+
+async def test_cancel_a_durable_task_held_for_approval(anyio_backend: str, tmp_path: Path) -> None:
+    """CancelTask on a durable task parked for approval ends it canceled; GetTask agrees."""
+    agent = guarded()
+    store = tether.SQLiteRunStore(tmp_path / "runs.db")
+    async with (
+        tether.Runtime(store=store, agents=[agent]) as rt,
+        served(agent, rt, anyio_backend, store=store) as url,
+        httpx.AsyncClient() as http,
+    ):
+        client = await sdk_client(url, http, streaming=False)
+        [first] = [
+            u async for u in client.send_message(pb.SendMessageRequest(message=user_message("a b")))
+        ]
+        assert first.task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=first.task.id))
+        assert canceled.status.state == pb.TaskState.TASK_STATE_CANCELED
+        got = await client.get_task(pb.GetTaskRequest(id=first.task.id))
+        assert got.status.state == pb.TaskState.TASK_STATE_CANCELED
