@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import ssl
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import httpx
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
@@ -60,6 +62,19 @@ _FINAL = {
     pb.TaskState.TASK_STATE_REJECTED,
 }
 _STOPS = _FINAL | {pb.TaskState.TASK_STATE_INPUT_REQUIRED, pb.TaskState.TASK_STATE_AUTH_REQUIRED}
+
+
+_TLS: list[ssl.SSLContext] = []
+
+
+async def _tls() -> ssl.SSLContext:
+    """One default TLS context for every call: building one costs ~50 ms, so the
+    first is built once, in a worker thread, off the event loop."""
+    if not _TLS:
+        context = await anyio.to_thread.run_sync(httpx.create_ssl_context)
+        if not _TLS:
+            _TLS.append(context)
+    return _TLS[0]
 
 
 def _default_name(url: str) -> str:
@@ -95,7 +110,8 @@ class _Remote:
         call_id = ctx.call_id if ctx is not None else ""
         headers = {**self.headers, **(await trace_headers(run_id, call_id))}
         timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
+        verify = await _tls()
+        async with httpx.AsyncClient(timeout=timeout, headers=headers, verify=verify) as http:
             with _mapped(self.url):
                 if self.card is None:
                     self.card = await A2ACardResolver(http, self.url).get_agent_card()
