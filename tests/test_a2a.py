@@ -629,3 +629,73 @@ async def test_cancel_a_durable_task_held_for_approval(anyio_backend: str, tmp_p
         assert canceled.status.state == pb.TaskState.TASK_STATE_CANCELED
         got = await client.get_task(pb.GetTaskRequest(id=first.task.id))
         assert got.status.state == pb.TaskState.TASK_STATE_CANCELED
+
+
+async def test_a2a_agent_on_a_task_that_wants_input(anyio_backend: str) -> None:
+    """A remote task that stops at input-required is one the tool cannot answer: the
+    model gets an error saying so, and the remote task is cancelled."""
+    remote_events: list[ev.Event] = []
+    async with (
+        tether.Runtime(event_sink=remote_events.append) as server_rt,
+        served(guarded(), server_rt, anyio_backend) as url,
+        tether.Runtime() as rt,
+    ):
+        result = await rt.run(delegating(A2AAgent(url, name="guarded")), "go")
+    [call] = [e for e in result.events if isinstance(e, ev.ToolCallFinished)]
+    assert call.outcome == "model_error"
+    assert "asks for input" in call.content
+    assert "word_count" in call.content
+    [finished] = [e for e in remote_events if isinstance(e, ev.RunFinished)]
+    assert finished.termination is tether.Termination.CANCELLED
+
+
+def plain_remote(url: str) -> Any:
+    """A non-tether A2A agent: no streaming, answers every message with a finished
+    task whose artifact says "pong", and reports no usage."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    card = {
+        "name": "pinger",
+        "description": "pongs",
+        "version": "1",
+        "supportedInterfaces": [
+            {"url": url + "/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {"streaming": False},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
+
+    async def get_card(request: Request) -> JSONResponse:
+        return JSONResponse(card)
+
+    async def rpc(request: Request) -> JSONResponse:
+        body = await request.json()
+        assert body["method"] == "SendMessage"
+        task = pb.Task(id="t-1", context_id="c-1")
+        task.status.state = pb.TaskState.TASK_STATE_COMPLETED
+        task.artifacts.append(pb.Artifact(artifact_id="a", parts=[pb.Part(text="pong")]))
+        result = json_format.MessageToDict(pb.SendMessageResponse(task=task))
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": result})
+
+    return Starlette(
+        routes=[
+            Route("/.well-known/agent-card.json", get_card),
+            Route("/rpc", rpc, methods=["POST"]),
+        ]
+    )
+
+
+async def test_a2a_agent_calls_a_plain_remote_that_reports_no_usage(anyio_backend: str) -> None:
+    """A non-streaming, non-tether remote: SendMessage, its artifact is the result, and
+    with no usage in its metadata the caller is charged nothing for it."""
+    url = f"http://127.0.0.1:{free_port()}"
+    async with served_app(plain_remote(url), url, anyio_backend), tether.Runtime() as rt:
+        result = await rt.run(delegating(A2AAgent(url, name="pinger")), "go")
+    assert result.output == "ok: pong"
+    charged = [e for e in result.events if isinstance(e, ev.UsageCharged)]
+    assert sum(e.input_tokens + e.output_tokens for e in charged if e.source == "subagent") == 0
