@@ -699,3 +699,33 @@ async def test_a2a_agent_calls_a_plain_remote_that_reports_no_usage(anyio_backen
     assert result.output == "ok: pong"
     charged = [e for e in result.events if isinstance(e, ev.UsageCharged)]
     assert sum(e.input_tokens + e.output_tokens for e in charged if e.source == "subagent") == 0
+
+
+async def test_legacy_streaming(anyio_backend: str) -> None:
+    """message/stream answers in A2A 0.3's JSON: a task, status updates, the artifact,
+    and a final completed status."""
+    async with serving(answering(), anyio_backend) as (_rt, url, http):
+        body = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "message/stream",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "messageId": "m1",
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "hi"}],
+                }
+            },
+        }
+        response = await http.post(url + "/", json=body)
+    frames = [
+        json.loads(line.removeprefix("data: "))["result"]
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    assert frames[0]["kind"] == "task"
+    assert {f["kind"] for f in frames[1:-1]} == {"status-update", "artifact-update"}
+    assert frames[-1]["kind"] == "status-update"
+    assert frames[-1]["status"]["state"] == "completed"
+    assert frames[-1]["final"] is True
