@@ -729,3 +729,50 @@ async def test_legacy_streaming(anyio_backend: str) -> None:
     assert frames[-1]["kind"] == "status-update"
     assert frames[-1]["status"]["state"] == "completed"
     assert frames[-1]["final"] is True
+
+
+def two_counts(request: ModelRequest, ctx: ProviderContext) -> Reply:
+    last = request.messages[-1]
+    results = [b.content for b in last.content if isinstance(b, ToolResultBlock)]
+    if not results:
+        calls = [
+            ToolCall(id="first", name="word_count", arguments={"text": "a b"}),
+            ToolCall(id="second", name="word_count", arguments={"text": "a b c"}),
+        ]
+        return Reply(tool_calls=calls)
+    return Reply(text=" / ".join(results))
+
+
+async def test_answers_one_by_one(anyio_backend: str) -> None:
+    """Two held calls: a data part answering one leaves the task input-required (the
+    other still listed); answering the other (a rejection) completes it."""
+    agent = tether.Agent(
+        name="two",
+        instructions="x",
+        provider=ScriptedProvider(two_counts),
+        tools=[word_count],
+        policies=[ask_first],
+    )
+    async with serving(agent, anyio_backend) as (_rt, url, http):
+        client = await sdk_client(url, http, streaming=False)
+        [first] = [
+            u async for u in client.send_message(pb.SendMessageRequest(message=user_message("go")))
+        ]
+        task = first.task
+        held = json_format.MessageToDict(task.status.message.parts[1].data)["approvals"]
+        assert [h["call_id"] for h in held] == ["first", "second"]
+
+        def answer(approvals: dict[str, Any]) -> pb.SendMessageRequest:
+            data = json_format.ParseDict({"approvals": approvals}, pb.Part().data)
+            message = pb.Message(
+                message_id="a", role=pb.Role.ROLE_USER, task_id=task.id, parts=[pb.Part(data=data)]
+            )
+            return pb.SendMessageRequest(message=message)
+
+        [second] = [u async for u in client.send_message(answer({"first": True}))]
+        assert second.task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+        still = json_format.MessageToDict(second.task.status.message.parts[1].data)["approvals"]
+        assert [h["call_id"] for h in still] == ["second"]
+        [third] = [u async for u in client.send_message(answer({"second": "too long"}))]
+    assert third.task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    assert third.task.artifacts[0].parts[0].text.startswith("2 / rejected by the host: too long")

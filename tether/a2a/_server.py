@@ -220,11 +220,12 @@ class A2AServer:
 
     async def _begin(
         self, message: pb.Message, headers: Mapping[str, str]
-    ) -> tuple[str, str, set[str]]:
+    ) -> tuple[str, str, set[str] | None]:
         """Start a run for a new task, or answer a held task's calls.
 
         The task id and context id, and the ids of the calls answered (a stop
-        before their answers is an old one).
+        before their answers is an old one), or ``None`` when calls are still
+        held unanswered (the run waits for them: the task stays input-required).
         """
         if message.task_id:
             task_id = message.task_id
@@ -241,7 +242,10 @@ class A2AServer:
                     await self.rt.approve(task_id, d.call_id)
                 else:
                     await self.rt.reject(task_id, d.call_id, d.reason)
-            return task_id, context_id, {d.call_id for d in answers}
+            answered = {d.call_id for d in answers}
+            if any(p.call_id not in answered for p in pending):
+                return task_id, context_id, None
+            return task_id, context_id, answered
         context_id = message.context_id or tk.new_context_id()
         task_id = tk.new_task_id(context_id)
         text = tk.text_of(message)
@@ -283,7 +287,7 @@ class A2AServer:
 
     async def _send(self, request: pb.SendMessageRequest, headers: Mapping[str, str]) -> pb.Task:
         task_id, context_id, answered = await self._begin(request.message, headers)
-        if request.configuration.return_immediately:
+        if request.configuration.return_immediately or answered is None:
             return await self.get_task(task_id)
         stop = await self._until_stop(task_id, answered, None)
         return await self._task_at(task_id, context_id, stop)
@@ -400,7 +404,8 @@ class A2AServer:
                 return _sse(_dump03(v03.to_compat_stream_response(update, rpc_id)))
             return _sse({"jsonrpc": "2.0", "id": rpc_id, "result": tk.to_json(update)})
 
-        events = self._open(task_id, deltas=True)  # before any checkpoint: every delta
+        # Opened before any checkpoint: every delta from the start.
+        events = None if answered is None else self._open(task_id, deltas=True)
         first = pb.Task(id=task_id, context_id=context_id)
         first.status.state = pb.TaskState.TASK_STATE_WORKING
         yield frame(pb.StreamResponse(task=first))
@@ -411,6 +416,9 @@ class A2AServer:
 
         async def follow() -> None:
             async with send:
+                if answered is None:  # calls still held: the task stays input-required
+                    send.send_nowait(_Stop(held=True))
+                    return
                 stop = await self._until_stop(task_id, answered, on_text, events)
                 send.send_nowait(stop)
 
