@@ -649,9 +649,10 @@ async def test_a2a_agent_on_a_task_that_wants_input(anyio_backend: str) -> None:
     assert finished.termination is tether.Termination.CANCELLED
 
 
-def plain_remote(url: str) -> Any:
+def plain_remote(url: str, polls: int = 0) -> Any:
     """A non-tether A2A agent: no streaming, answers every message with a finished
-    task whose artifact says "pong", and reports no usage."""
+    task whose artifact says "pong", and reports no usage. With ``polls``, the task
+    is working for that many ``GetTask`` first."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -673,12 +674,22 @@ def plain_remote(url: str) -> Any:
     async def get_card(request: Request) -> JSONResponse:
         return JSONResponse(card)
 
+    left = [polls]
+
     async def rpc(request: Request) -> JSONResponse:
         body = await request.json()
-        assert body["method"] == "SendMessage"
+        assert body["method"] in ("SendMessage", "GetTask")
         task = pb.Task(id="t-1", context_id="c-1")
-        task.status.state = pb.TaskState.TASK_STATE_COMPLETED
-        task.artifacts.append(pb.Artifact(artifact_id="a", parts=[pb.Part(text="pong")]))
+        if left[0] > 0 and not (body["method"] == "GetTask" and left[0] == 1):
+            task.status.state = pb.TaskState.TASK_STATE_WORKING
+        else:
+            task.status.state = pb.TaskState.TASK_STATE_COMPLETED
+            task.artifacts.append(pb.Artifact(artifact_id="a", parts=[pb.Part(text="pong")]))
+        if body["method"] == "GetTask":
+            left[0] -= 1
+            return JSONResponse(
+                {"jsonrpc": "2.0", "id": body["id"], "result": json_format.MessageToDict(task)}
+            )
         result = json_format.MessageToDict(pb.SendMessageResponse(task=task))
         return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": result})
 
@@ -690,11 +701,18 @@ def plain_remote(url: str) -> Any:
     )
 
 
-async def test_a2a_agent_calls_a_plain_remote_that_reports_no_usage(anyio_backend: str) -> None:
-    """A non-streaming, non-tether remote: SendMessage, its artifact is the result, and
-    with no usage in its metadata the caller is charged nothing for it."""
+@pytest.mark.parametrize("polls", [0, 2])
+async def test_a2a_agent_calls_a_plain_remote_that_reports_no_usage(
+    anyio_backend: str, polls: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-streaming, non-tether remote: SendMessage (then GetTask while its task is
+    working), its artifact is the result, and with no usage in its metadata the
+    caller is charged nothing for it."""
+    import tether.a2a._client as client_module
+
+    monkeypatch.setattr(client_module, "POLL_S", 0.01)
     url = f"http://127.0.0.1:{free_port()}"
-    async with served_app(plain_remote(url), url, anyio_backend), tether.Runtime() as rt:
+    async with served_app(plain_remote(url, polls), url, anyio_backend), tether.Runtime() as rt:
         result = await rt.run(delegating(A2AAgent(url, name="pinger")), "go")
     assert result.output == "ok: pong"
     charged = [e for e in result.events if isinstance(e, ev.UsageCharged)]

@@ -137,6 +137,13 @@ class _Remote:
                             state.take(pb.StreamResponse(task=response.task))
                         else:
                             state.take(pb.StreamResponse(message=response.message))
+                    while not state.stopped and state.task_id:
+                        # Answered before the task stopped (a remote that does not
+                        # block, or a stream that ended early): poll it.
+                        await anyio.sleep(POLL_S)
+                        found = await rpc.call("GetTask", pb.GetTaskRequest(id=state.task_id))
+                        task = json_format.ParseDict(found, pb.Task(), ignore_unknown_fields=True)
+                        state.take(pb.StreamResponse(task=task))
             except BaseException:
                 if state.task_id and not state.stopped:  # cancelled or failed mid-task
                     # Best effort: the call's own error (or cancellation) wins.
@@ -153,6 +160,8 @@ class _Remote:
             return state.output(self.url)
 
 
+#: Seconds between two ``GetTask`` of a remote task that answered before it stopped.
+POLL_S = 1.0
 #: Seconds a streamed call waits, shielded from cancellation, for the remote to name its task.
 NAMING_S = 10.0
 
