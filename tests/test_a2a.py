@@ -794,3 +794,63 @@ async def test_answers_one_by_one(anyio_backend: str) -> None:
         [third] = [u async for u in client.send_message(answer({"second": "too long"}))]
     assert third.task.status.state == pb.TaskState.TASK_STATE_COMPLETED
     assert third.task.artifacts[0].parts[0].text.startswith("2 / rejected by the host: too long")
+
+
+def breaking_remote(url: str) -> Any:
+    """A streaming remote whose stream breaks after its first update; GetTask then
+    finds the task completed."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    card = {
+        "name": "breaker",
+        "description": "breaks",
+        "version": "1",
+        "supportedInterfaces": [
+            {"url": url + "/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
+
+    async def get_card(request: Request) -> JSONResponse:
+        return JSONResponse(card)
+
+    async def rpc(request: Request) -> Response:
+        body = await request.json()
+        task = pb.Task(id="t-1", context_id="c-1")
+        if body["method"] == "GetTask":
+            task.status.state = pb.TaskState.TASK_STATE_COMPLETED
+            task.artifacts.append(pb.Artifact(artifact_id="a", parts=[pb.Part(text="late")]))
+            result = json_format.MessageToDict(task)
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": result})
+        task.status.state = pb.TaskState.TASK_STATE_WORKING
+
+        async def frames() -> AsyncIterator[str]:
+            result = json_format.MessageToDict(pb.StreamResponse(task=task))
+            yield "data: " + json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": result})
+            yield "\n\n"
+            raise RuntimeError("the stream breaks")
+
+        return StreamingResponse(frames(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[Route("/.well-known/agent-card.json", get_card), Route("/", rpc, methods=["POST"])]
+    )
+
+
+async def test_a2a_agent_polls_a_task_whose_stream_broke(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream that breaks after naming the task is not an error: the task is polled."""
+    import tether.a2a._client as client_module
+
+    monkeypatch.setattr(client_module, "POLL_S", 0.01)
+    url = f"http://127.0.0.1:{free_port()}"
+    async with served_app(breaking_remote(url), url, anyio_backend), tether.Runtime() as rt:
+        result = await rt.run(delegating(A2AAgent(url, name="breaker")), "go")
+    assert result.output == "ok: late"

@@ -127,7 +127,12 @@ class _Remote:
             try:
                 with _mapped(self.url):
                     if card.capabilities.streaming:
-                        await rpc.stream("SendStreamingMessage", request, state)
+                        try:
+                            await rpc.stream("SendStreamingMessage", request, state)
+                        except httpx.TransportError:
+                            if not state.task_id:
+                                raise
+                            # The stream broke once the task was named: poll the task.
                     else:
                         result = await rpc.call("SendMessage", request)
                         response = json_format.ParseDict(
