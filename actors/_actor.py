@@ -1,7 +1,8 @@
 """The actor base: a task with a mailbox, supervised with bounded restarts.
 
-An actor handles one request at a time from its mailbox (an anyio memory
-object stream of attrs messages, with a doorbell that wakes the actor). Every
+An actor handles one request at a time from its mailbox (:class:`Mailbox`: the
+semantics of an anyio memory object stream of attrs messages in one object, with
+the doorbell that wakes the actor). Every
 request carries its own reply channel (:class:`~._channel.ReplyChannel`); the
 actor closes it when it is done, so a requester never hangs: if the actor
 crashes, the supervisor fails the request in flight with :class:`ActorFailed`
@@ -21,9 +22,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import anyio.lowlevel
 import attrs
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._channel import Doorbell, ReplyChannel
+from ._channel import ReplyChannel, _Parking
 from ._tool_errors import ActorCrashed
 
 
@@ -68,45 +68,161 @@ class Actor(Protocol[R_contra]):
         ...
 
 
-class Mailbox:
-    """The receiving side of an actor's mailbox, and the doorbell that wakes the actor."""
+class Mailbox(_Parking):
+    """An actor's mailbox: the buffer, both ends' state and the doorbell, in one object.
 
-    __slots__ = ("bell", "stream")
+    The semantics are those of an anyio memory object stream of ``size`` items
+    with one receiving end (DESIGN §2 names the memory channel as the contract),
+    without its five other objects (two stream ends, their shared state, two
+    waiter tables and a deque): a parked run holds one mailbox per actor.
 
-    def __init__(self, stream: MemoryObjectReceiveStream[Any], bell: Doorbell) -> None:
-        self.stream = stream
-        self.bell = bell
+    - The sending side (:class:`ActorRef`): ``send_nowait`` raises
+      :class:`anyio.WouldBlock` when full, :class:`anyio.BrokenResourceError` once
+      the receiving side closed, :class:`anyio.ClosedResourceError` once the
+      sender closed; ``send`` waits for room; ``close_sender`` ends the stream.
+    - The receiving side (the actor, as ``mailbox.stream``): ``receive_nowait``
+      raises :class:`anyio.WouldBlock` when empty, :class:`anyio.EndOfStream`
+      once the sender closed and the buffer is empty; ``close`` (also on leaving
+      ``with mailbox.stream:``) refuses later sends.
+    - The doorbell (``mailbox.bell``): ``wait`` parks the actor until ``ring``.
+    """
+
+    __slots__ = ("_buffer", "_receiver_closed", "_sender_closed", "_senders", "_size")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a mailbox holds at least one request, not {size}")
+        self._parked = None  # _Parking.__init__, inlined
+        # A list, not a deque: it holds a request or two, and a deque is 600 bytes. None
+        # while empty: an idle actor (a parked run's) holds no empty list.
+        self._buffer: list[Any] | None = None
+        self._size = size
+        self._sender_closed = False
+        self._receiver_closed = False
+        # Senders parked on a full mailbox, made on the first (rare: one sender a run).
+        self._senders: list[_Parking] | None = None
+
+    @property
+    def stream(self) -> Mailbox:
+        """The receiving end (this object)."""
+        return self
+
+    @property
+    def bell(self) -> Mailbox:
+        """The doorbell (this object)."""
+        return self
+
+    #: Park the actor until :meth:`ring` (``_park`` itself: no frame of its own).
+    wait = _Parking._park
+
+    #: Wake the actor if it is parked (``_wake`` itself).
+    ring = _Parking._wake
+
+    # ---------------------------------------------------------------- sender
+
+    def send_nowait(self, request: Any) -> None:
+        if self._sender_closed:
+            raise anyio.ClosedResourceError
+        if self._receiver_closed:
+            raise anyio.BrokenResourceError
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = [request]
+        elif len(buffer) >= self._size:
+            raise anyio.WouldBlock
+        else:
+            buffer.append(request)
+
+    async def send(self, request: Any) -> None:
+        """``send_nowait``, waiting for room while the mailbox is full (a checkpoint)."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                self.send_nowait(request)
+            except anyio.WouldBlock:
+                pass
+            else:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+                return
+            waiter = _Parking()
+            if self._senders is None:
+                self._senders = []
+            self._senders.append(waiter)
+            try:
+                await waiter._park()
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._senders.remove(waiter)
+
+    def close_sender(self) -> None:
+        """No more requests: the actor gets what is buffered, then ``EndOfStream``."""
+        self._sender_closed = True
+        self._wake()
+
+    def _wake_senders(self) -> None:
+        senders = self._senders
+        if senders:
+            for waiter in senders:
+                waiter._wake()
+
+    # -------------------------------------------------------------- receiver
+
+    def receive_nowait(self) -> Any:
+        if self._receiver_closed:
+            raise anyio.ClosedResourceError
+        buffer = self._buffer
+        if buffer:
+            request = buffer.pop(0)
+            if not buffer:
+                self._buffer = None
+            if self._senders:
+                self._wake_senders()  # room for a sender waiting
+            return request
+        if self._sender_closed:
+            raise anyio.EndOfStream
+        raise anyio.WouldBlock
 
     async def receive(self) -> Any:
         """The next request; ``anyio.EndOfStream`` once the mailbox is closed and empty."""
-        stream = self.stream
         while True:
             try:
-                return stream.receive_nowait()
+                return self.receive_nowait()
             except anyio.WouldBlock:
                 pass
-            await self.bell.wait()
+            await self._park()
+
+    def close(self) -> None:
+        """The actor takes no more requests: later sends raise ``BrokenResourceError``."""
+        if not self._receiver_closed:
+            self._receiver_closed = True
+            self._wake_senders()
+
+    def __enter__(self) -> Mailbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class ActorRef(Generic[R]):
     """The sending side of an actor's mailbox."""
 
-    __slots__ = ("_bell", "_mailbox", "name")
+    __slots__ = ("_mailbox", "name")
 
-    def __init__(self, name: str, mailbox: MemoryObjectSendStream[R], bell: Doorbell) -> None:
+    def __init__(self, name: str, mailbox: Mailbox) -> None:
         self.name = name
         self._mailbox = mailbox
-        self._bell = bell
 
     async def send(self, request: R) -> None:
+        mailbox = self._mailbox
         try:
             try:
-                self._mailbox.send_nowait(request)
+                mailbox.send_nowait(request)
             except anyio.WouldBlock:
                 # Full (the actor has not taken earlier requests): wait for room.
                 # The actor takes requests with receive_nowait, which admits us.
-                self._bell.ring()
-                await self._mailbox.send(request)
+                mailbox.ring()
+                await mailbox.send(request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             request.reply.close()
             # A run being cancelled finds its children gone: that is its
@@ -119,17 +235,15 @@ class ActorRef(Generic[R]):
             # Cancelled before delivery: nobody else will ever close the reply channel.
             request.reply.close()
             raise
-        self._bell.ring()
+        mailbox.ring()
 
     def close(self) -> None:
-        self._mailbox.close()
-        self._bell.ring()
+        self._mailbox.close_sender()
 
 
 def spawn_mailbox(name: str, size: int = 8) -> tuple[ActorRef[Any], Mailbox]:
-    send, receive = anyio.create_memory_object_stream[Any](size)  # once per actor
-    bell = Doorbell()
-    return ActorRef(name, send, bell), Mailbox(receive, bell)
+    mailbox = Mailbox(size)  # once per actor
+    return ActorRef(name, mailbox), mailbox
 
 
 class Timed(Protocol):
@@ -168,7 +282,10 @@ class _NoScope:
     def __enter__(self) -> _NoScope:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    # Static: ``with`` holds the ``__exit__`` it looked up for as long as the block runs,
+    # and a static one is the function itself, not a bound method made per actor.
+    @staticmethod
+    def __exit__(*exc: object) -> None:
         return None
 
 
@@ -249,7 +366,7 @@ def _crashed(
     return crashes, gave_up
 
 
-def drain(name: str, mailbox: MemoryObjectReceiveStream[Any]) -> None:
+def drain(name: str, mailbox: Mailbox) -> None:
     while True:
         try:
             request = mailbox.receive_nowait()

@@ -28,8 +28,8 @@ It is not a memory object stream, and differs from one on purpose:
 - ``statistics()`` reports the buffer and whether each side is open, not task
   counts (one sender and one receiver, at most one of them parked).
 
-:class:`Doorbell` wakes an actor parked on its mailbox (which stays an anyio
-memory object stream; the actor takes requests with ``receive_nowait``).
+:class:`_Parking` is also what wakes an actor parked on its mailbox
+(:class:`~tether.actors._actor.Mailbox`).
 
 Parking uses each backend's own primitive: an asyncio future (which anyio's
 cancel scopes cancel like any other await), or trio's
@@ -40,14 +40,19 @@ else is asyncio's running loop (``asyncio.get_running_loop``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
 import attrs
 import sniffio
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where it is used (an import of a loaded module is a dict
+# lookup, no call): ``import tether`` does not load it, and a trio program never does.
 
 T = TypeVar("T")
 
@@ -70,6 +75,8 @@ class _Parking:
             # A cancelled wait cancels the future; ``_wake`` and ``_waiting`` skip
             # a done one, so it needs no clean-up of its own.
             # The loop's create_future, without its call: a park per hop, four a round.
+            import asyncio
+
             future: asyncio.Future[None] = asyncio.Future(loop=asyncio.get_running_loop())
             self._parked = future
             return future
@@ -86,13 +93,19 @@ class _Parking:
 
     def _waiting(self) -> bool:
         parked = self._parked
-        return parked is not None and not (isinstance(parked, asyncio.Future) and parked.done())
+        if parked is None:
+            return False
+        import asyncio
+
+        return not (isinstance(parked, asyncio.Future) and parked.done())
 
     def _wake(self) -> None:
         parked = self._parked
         if parked is None:
             return
         self._parked = None
+        import asyncio
+
         if isinstance(parked, asyncio.Future):
             if not parked.done():
                 parked.set_result(None)
@@ -100,18 +113,6 @@ class _Parking:
             import trio
 
             trio.lowlevel.reschedule(parked)
-
-
-class Doorbell(_Parking):
-    """Wakes an actor parked on an empty mailbox."""
-
-    __slots__ = ()
-
-    #: ``_park`` itself (not a coroutine that awaits it): one frame less per wait.
-    wait = _Parking._park
-
-    #: Wake the actor if it is parked (``_wake`` itself: no frame of its own).
-    ring = _Parking._wake
 
 
 @attrs.frozen
@@ -135,8 +136,9 @@ class ReplyChannel(_Parking, Generic[T]):
         if size < 1:
             raise ValueError(f"a reply channel holds at least one item, not {size}")
         self._parked = None  # _Parking.__init__, inlined: two channels a round
-        # A list, not a deque: a reply holds a few items, and a deque is 600 bytes.
-        self._buffer: list[T] = []
+        # A list, not a deque: a reply holds a few items, and a deque is 600 bytes. Made
+        # by the first send: a run parked in its model call holds no empty one.
+        self._buffer: list[T] | None = None
         self._size = size
         self._closed = False
         self._abandoned = False
@@ -148,9 +150,13 @@ class ReplyChannel(_Parking, Generic[T]):
             raise anyio.ClosedResourceError
         if self._abandoned:
             raise anyio.BrokenResourceError
-        if len(self._buffer) >= self._size:
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = [item]
+        elif len(buffer) >= self._size:
             raise anyio.WouldBlock
-        self._buffer.append(item)
+        else:
+            buffer.append(item)
         if self._parked is not None:
             self._wake()
 
@@ -219,7 +225,7 @@ class ReplyChannel(_Parking, Generic[T]):
     def statistics(self) -> ReplyStatistics:
         """The buffer's fill and size, and whether each side is still open."""
         return ReplyStatistics(
-            current_buffer_used=len(self._buffer),
+            current_buffer_used=len(self._buffer or ()),
             max_buffer_size=self._size,
             sender_open=not self._closed,
             receiver_open=not self._abandoned,
@@ -230,6 +236,6 @@ class ReplyChannel(_Parking, Generic[T]):
         """The receiver stops listening: later sends raise BrokenResourceError."""
         if not self._abandoned:
             self._abandoned = True
-            self._buffer.clear()
+            self._buffer = None
             if self._parked is not None:
                 self._wake()

@@ -29,7 +29,6 @@ path of the actors on both backends over it.
 from __future__ import annotations
 
 import contextvars
-import importlib.metadata
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -44,6 +43,8 @@ CHECKED_ANYIO = frozenset({(4, 16)})
 
 
 def _anyio_checked() -> bool:
+    import importlib.metadata  # once, on the first spawn: not at ``import tether``
+
     try:
         major, minor = importlib.metadata.version("anyio").split(".")[:2]
         return (int(major), int(minor)) in CHECKED_ANYIO
@@ -51,7 +52,16 @@ def _anyio_checked() -> bool:
         return False
 
 
-_CHECKED = _anyio_checked()
+#: Whether the installed anyio is one of CHECKED_ANYIO; looked up on first use.
+_CHECKED: bool | None = None
+
+
+def anyio_checked() -> bool:
+    """Whether the installed anyio is one of :data:`CHECKED_ANYIO` (found on first use)."""
+    global _CHECKED
+    if _CHECKED is None:
+        _CHECKED = _anyio_checked()
+    return _CHECKED
 
 
 def _trio_spawner(tg: Any) -> Callable[..., None] | None:
@@ -162,7 +172,7 @@ def _spawn_asyncio(tg: Any, func: TaskFunc, args: tuple[Any, ...], name: str) ->
 def spawn(tg: TaskGroup, func: TaskFunc, *args: Any, name: str) -> None:
     """``tg.start_soon(func, *args, name=name)``, without anyio's per-task handle."""
     module = type(tg).__module__
-    if not _CHECKED:
+    if not (_CHECKED or (_CHECKED is None and anyio_checked())):
         pass
     elif module == "anyio._backends._trio":
         start_soon = _trio_spawner(tg)
@@ -186,7 +196,7 @@ def cancel_scope(scope: CancelScope, reason: str) -> None:
     lacking the attributes relied on: ``scope.cancel(reason)``.
     """
     if (
-        _CHECKED
+        (_CHECKED or (_CHECKED is None and anyio_checked()))
         and type(scope).__module__ == "anyio._backends._asyncio"
         and hasattr(scope, "_deliver_cancellation")
     ):

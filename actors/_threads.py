@@ -17,7 +17,6 @@ Idle threads are kept for reuse for :data:`IDLE_S` seconds.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import queue
@@ -143,6 +142,8 @@ def _waker(callback: Callable[[], None]) -> Callable[[], None]:
                 token.run_sync_soon(callback)
 
         return wake_trio
+    import asyncio  # here: a trio program never loads it
+
     loop = asyncio.get_running_loop()
 
     def wake_asyncio() -> None:

@@ -38,10 +38,10 @@ import sniffio
 
 from tether.providers import Backoff, Image, ToolUseBlock
 
+from . import _spawn
 from ._actor import ActorFailed
 from ._channel import ReplyChannel
 from ._context import _CONTEXT, RunContext, ToolOutput
-from ._spawn import _CHECKED
 from ._threads import ToolThreads
 from ._tool_errors import FatalToolError, ToolArgumentsInvalid, ToolError, TransientToolError
 from ._toolspec import ToolResultUnserializable, ToolSpec, image_result, serialize_result
@@ -388,7 +388,7 @@ def _timeout_scopes() -> tuple[Callable[..., _Scope], Callable[[], float]]:
         import trio  # here: only on trio, where it is loaded already
 
         return trio.CancelScope, trio.current_time
-    if _CHECKED:
+    if _spawn._CHECKED or (_spawn._CHECKED is None and _spawn.anyio_checked()):
         import asyncio
 
         try:
@@ -477,7 +477,9 @@ class _LazyArmed(_Armed):
 
 def _armed(scope: _Scope, clock: Callable[[], float]) -> _Armed:
     """How the actor's scope is armed for an attempt, for the backend running now."""
-    if _CHECKED and type(scope).__module__ == "anyio._backends._asyncio":
+    if type(scope).__module__ == "anyio._backends._asyncio" and (
+        _spawn._CHECKED or (_spawn._CHECKED is None and _spawn.anyio_checked())
+    ):
         return _LazyArmed(scope, clock)
     return _Armed(scope, clock)
 

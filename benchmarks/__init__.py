@@ -26,7 +26,10 @@ beside them).
   (a provider that sleeps for ever), then every one cancelled.
 - **B5** 1,000 parked runs cancelled from outside (``handle.cancel``): ms from
   the first cancel until every run has its ``RunFinished``, and leaked tasks
-  (``anyio.get_running_tasks()`` before and after; must be 0).
+  (``anyio.get_running_tasks()`` before and after; must be 0). Its second row
+  measures it as a peer benchmark does: each run awaited by a caller task (what
+  ``Runtime.run`` does), the callers cancelled by one scope around them, timed
+  until every run has its result; the bare side cancels bare callers alike.
 - **B6** rounds/s with one deliberately slow ``handle.events()`` reader
   (it sleeps per event) against no reader.
 - **B8** B1's workload and sizes, with every run read through
@@ -42,6 +45,10 @@ beside them).
 - **B9** B2's workload and sizes with a ``SQLiteRunStore`` (a fresh file per
   repeat; every run recorded, checkpointed per round and finished in it)
   against no store, alternately: what durability costs.
+- **B10** the same with a ``PostgresRunStore`` (``python -m benchmarks.durable_pg``
+  in a child process; the server of ``TETHER_TEST_POSTGRES``).
+- **IMPORT** ``import tether`` (with the backend) against ``import anyio``: the
+  least cumulative ``-X importtime`` of several fresh interpreters.
 
 Memory: *RSS now* is read from ``/proc/self/statm``; *peak RSS* is ``VmHWM``
 from ``/proc/self/status``, reset to the RSS now (``/proc/self/clear_refs``)

@@ -21,7 +21,12 @@ from importlib import metadata
 from pathlib import Path
 
 from ._cases import Job, Result, run_job
-from ._report import BENCH, BENCHMARKS, FULL, QUICK, Row, table
+from ._extra_rows import bench_b10, bench_import
+from ._report import BENCH, FULL, QUICK, Row, table
+
+#: Every row: B1–B9 (:mod:`._report`), B10 and the import time (:mod:`._extra_rows`).
+ROWS = {**BENCH, "B10": bench_b10, "IMPORT": bench_import}
+BENCHMARKS = tuple(ROWS)
 
 #: The folder holding the ``benchmarks`` package, for child processes.
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for bench in args.only:
         for backend in backends:
             print(f"{bench} on {backend}", file=sys.stderr, flush=True)
-            rows += BENCH[bench](plan, backend, run)
+            rows += ROWS[bench](plan, backend, run)
     elapsed = time.perf_counter() - started
 
     failed = [r for r in rows if not r.ok]

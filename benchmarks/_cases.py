@@ -357,6 +357,88 @@ async def park_bare(job: Job) -> Result:
     return out.done(scope, job)
 
 
+# -------------------- B5, as a peer benchmark measures it: the callers cancelled
+
+
+async def _park_callers_tether(rt: tether.Runtime, n: int, out: Outcome) -> None:
+    """``n`` callers each awaiting a run (what ``Runtime.run`` does), all cancelled by one
+    scope around them; timed until every run has its result."""
+    parking = w.Parking(n)
+    agent = w.parking_agent(parking)
+    handles: list[tether.RunHandle] = []
+    tasks_before = len(anyio.get_running_tasks())
+
+    async def caller() -> None:
+        handle = rt.start(agent, w.QUESTION)
+        handles.append(handle)
+        try:
+            await handle.result()
+        finally:  # Runtime.run's own clean-up: the caller's cancellation cancels the run
+            if not handle.done:
+                handle.cancel("the caller was cancelled")
+
+    with anyio.CancelScope() as callers:
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(caller)
+            await parking.all_parked.wait()
+            start = time.perf_counter()
+            callers.cancel()
+    results = [await handle.result() for handle in handles]
+    out.timed(time.perf_counter() - start)
+    out.metrics["cancel_ms"] = out.best_s * 1000
+    out.metrics["leaked_tasks"] = await _settle(tasks_before) - tasks_before
+    for result in results:
+        out.problems.add(w.check_cancelled(result))
+    out.verified += len(results)
+
+
+async def park_callers_tether(job: Job) -> Result:
+    out = Outcome()
+    with anyio.move_on_after(job.timeout_s) as scope:
+        async with _runtime(job.n) as rt:
+            await _park_callers_tether(rt, WARMUP_RUNS, Outcome())
+            gc.collect()
+            await _park_callers_tether(rt, job.n, out)
+    return out.done(scope, job)
+
+
+async def _park_callers_bare(n: int, out: Outcome) -> None:
+    parking = w.Parking(n)
+    finished = [0]
+    tasks_before = len(anyio.get_running_tasks())
+
+    async def caller() -> None:
+        parking.arrive()
+        try:
+            await anyio.sleep(w.PARK_S)
+        finally:
+            finished[0] += 1
+
+    with anyio.CancelScope() as callers:
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(caller)
+            await parking.all_parked.wait()
+            start = time.perf_counter()
+            callers.cancel()
+    out.timed(time.perf_counter() - start)
+    out.metrics["cancel_ms"] = out.best_s * 1000
+    out.metrics["leaked_tasks"] = await _settle(tasks_before) - tasks_before
+    if finished[0] != n:
+        out.problems.add(f"{finished[0]} of {n} callers finished")
+    out.verified += n
+
+
+async def park_callers_bare(job: Job) -> Result:
+    out = Outcome()
+    with anyio.move_on_after(job.timeout_s) as scope:
+        await _park_callers_bare(WARMUP_RUNS, Outcome())
+        gc.collect()
+        await _park_callers_bare(job.n, out)
+    return out.done(scope, job)
+
+
 # ------------------------------------------------------------ B6: slow reader
 
 
@@ -488,6 +570,8 @@ CASES: dict[tuple[str, str], Callable[[Job], Awaitable[Result]]] = {
     ("B4", "bare"): park_bare,
     ("B5", "tether"): park_tether,
     ("B5", "bare"): park_bare,
+    ("B5C", "tether"): park_callers_tether,
+    ("B5C", "bare"): park_callers_bare,
     ("B6", "tether"): reader_tether,
     ("B6", "bare"): batch_bare,
     ("B8", "tether"): stream_tether,

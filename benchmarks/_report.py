@@ -367,8 +367,31 @@ def bench_b5(plan: Plan, backend: str, run: Runner) -> list[Row]:
             _mark(plan, passed),
             verified,
             problems,
-        )
+        ),
+        _b5_callers(plan, backend, run),
     ]
+
+
+def _b5_callers(plan: Plan, backend: str, run: Runner) -> Row:
+    """B5 as a peer benchmark measures it: each run awaited by a caller, the callers
+    cancelled by one scope, timed until every run has its result."""
+    job = Job("B5C", "tether", backend, plan.b5_runs, 1, 0.0, timeout_s=plan.timeout_s)
+    t, b = run(job, False), run(_bare(job), False)
+    tm, bm = _num(t.get("cancel_ms")), _num(b.get("cancel_ms"))
+    verified, problems = _verified(t, b)
+    return Row(
+        "B5",
+        backend,
+        f"ms from cancelling the callers until every run has its result · {_n(plan.b5_runs)} "
+        "callers each awaiting a parked run (as `Runtime.run` does), one scope around them",
+        f"{_fmt(tm, 1, ' ms')} · {t.get('leaked_tasks')} leaked",
+        f"{_fmt(bm, 1, ' ms')} · {b.get('leaked_tasks')} leaked",
+        _times(_ratio(tm, bm)),
+        "≤ 3× bare",
+        _mark(plan, _ratio(tm, bm) <= 3 if math.isfinite(_ratio(tm, bm)) else False),
+        verified,
+        problems,
+    )
 
 
 def bench_b6(plan: Plan, backend: str, run: Runner) -> list[Row]:

@@ -31,8 +31,8 @@ from httpx_sse import EventSource
 
 import tether
 from tether.providers import AnthropicProvider, GeminiProvider, OpenAIProvider
+from tether.providers._clients import DEFAULT_LIMITS, DEFAULT_TIMEOUT
 from tether.providers._gemini_schema import gemini_schema
-from tether.providers._pool import DEFAULT_LIMITS, DEFAULT_TIMEOUT
 
 from . import _workload as w
 from ._cases import WARMUP_RUNS, Job, Outcome, Result, _runtime, _tether_batch

@@ -13,6 +13,7 @@ the store without a WAL flush per commit (see the README).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import sys
@@ -80,13 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-connections", type=int, default=4)
     parser.add_argument("--synchronous-commit", choices=("on", "off", "server"), default="server")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON line per backend (python -m benchmarks)"
+    )
     args = parser.parse_args(argv)
     backends = ("asyncio", "trio") if args.backend == "both" else (args.backend,)
-    print(
+    heading = (
         f"B10: B2 ({args.runs} runs at once, R={args.rounds}, L=0) without a store and with "
         f"PostgresRunStore (max_connections={args.max_connections}, "
         f"synchronous_commit={args.synchronous_commit}); rounds/s, best of {args.repeats}"
     )
+    print(heading, file=sys.stderr if args.json else sys.stdout)
     for backend in backends:
         schema = f"tether_bench_{secrets.token_hex(4)}"
         try:
@@ -94,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _drop(args.dsn, schema)
         ratio = best["postgres"] / best["none"]
+        if args.json:
+            print(json.dumps({"backend": backend, "rounds_per_s": best}))
+            continue
         print(
             f"{backend:>8}: no store {best['none']:,.0f}  PostgreSQL {best['postgres']:,.0f}  "
             f"({ratio:.2f}x, {(ratio - 1) * 100:+.0f}%)"

@@ -1,13 +1,14 @@
 """``python -m benchmarks.gc_share [--backend asyncio|trio|both] [--runs 5000]
-[--threshold 50000,20,20]``.
+[--threshold 50000,20,20] [--freeze]``.
 
 What the garbage collector costs B3's workload: ``--runs`` runs of R=5 rounds
 with L=50 ms start at once on one warm Runtime, and every collection is timed
 through ``gc.callbacks``. It prints the wall time, its ratio to the ideal (R·L),
 and per generation the number of collections and the seconds they took. With
-``--threshold`` the process's collector thresholds are set first
-(``gc.set_threshold``), as a host running that many agents may choose to do;
-tether itself never changes them.
+``--threshold`` and ``--freeze`` the Runtime is made with
+``gc=tether.GcTuning(threshold=..., freeze=...)``, as a host running that many
+agents may choose to do (docs/guides/performance.md); a Runtime without
+``gc=`` never changes the collector.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 import anyio
 
+import tether
+
 from . import _workload as w
-from ._cases import _runtime, _tether_batch
+from ._cases import _tether_batch
 
 ROUNDS = 5
 LATENCY_S = 0.05
@@ -43,10 +46,10 @@ class _Collections:
         self.seconds[generation] += time.perf_counter() - self._start
 
 
-async def _measure(runs: int) -> tuple[float, _Collections]:
+async def _measure(runs: int, tuning: tether.GcTuning | None) -> tuple[float, _Collections]:
     agent = w.agent(ROUNDS, LATENCY_S)
     collections = _Collections()
-    async with _runtime(runs) as rt:
+    async with tether.Runtime(provider_concurrency=max(64, runs), gc=tuning) as rt:
         await rt.run(agent, w.QUESTION)  # warm every lazy cache and import
         gc.collect()
         gc.callbacks.append(collections)
@@ -78,16 +81,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", choices=("asyncio", "trio", "both"), default="both")
     parser.add_argument("--runs", type=int, default=5_000)
     parser.add_argument("--threshold", type=_threshold, default=None)
+    parser.add_argument("--freeze", action="store_true", help="GcTuning(freeze=True)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.threshold is not None:
-        gc.set_threshold(*args.threshold)
+    tuning = None
+    threshold = gc.get_threshold()
+    if args.threshold is not None or args.freeze:
+        if args.threshold is not None:  # the thresholds not given stay as they are
+            threshold = (*args.threshold, *threshold[len(args.threshold) :])
+        tuning = tether.GcTuning(
+            threshold=threshold if args.threshold is not None else None, freeze=args.freeze
+        )
     print(f"{args.runs:,} runs at once, R={ROUNDS}, L={LATENCY_S * 1000:.0f} ms;", end=" ")
-    print(f"gc thresholds {gc.get_threshold()}")
+    print(f"gc thresholds {threshold}, freeze {args.freeze}")
     backends = ("asyncio", "trio") if args.backend == "both" else (args.backend,)
     for backend in backends:
-        elapsed, seen = anyio.run(_measure, args.runs, backend=backend)
+        elapsed, seen = anyio.run(_measure, args.runs, tuning, backend=backend)
         ideal = ROUNDS * LATENCY_S
         parts = ", ".join(f"gen{g}: {seen.count[g]} in {seen.seconds[g]:.2f} s" for g in range(3))
         share = sum(seen.seconds) / elapsed

@@ -6,9 +6,15 @@ tool-argument depth bound), ``dump_message``/``load_message`` (one message of
 a transcript, for the run state's converter) and ``name_errors_by_package``
 are importable for the actors, the runtime and the tests, but are not part of
 the public API.
+
+The HTTP providers (``AnthropicProvider``, ``OpenAIProvider``,
+``OpenAIResponsesProvider``, ``GeminiProvider``) are imported on first use
+(the module's ``__getattr__``), and httpx with them: ``import tether`` loads
+neither.
 """
 
-from ._anthropic import AnthropicProvider as AnthropicProvider
+from typing import TYPE_CHECKING, Any
+
 from ._arguments import MAX_TOOL_ARGUMENT_DEPTH as MAX_TOOL_ARGUMENT_DEPTH
 from ._arguments import bound_response as bound_response
 from ._arguments import text_too_deep as text_too_deep
@@ -33,14 +39,11 @@ from ._errors import TransientProviderError as TransientProviderError
 from ._errors import name_errors_by_package as name_errors_by_package
 from ._fallback import FallbackProvider as FallbackProvider
 from ._fallback import falls_through as falls_through
-from ._gemini import GeminiProvider as GeminiProvider
 from ._infer import infer_provider as infer_provider
 from ._messages_json import dump_message as dump_message
 from ._messages_json import dump_messages as dump_messages
 from ._messages_json import load_message as load_message
 from ._messages_json import load_messages as load_messages
-from ._openai import OpenAIProvider as OpenAIProvider
-from ._openai_responses import OpenAIResponsesProvider as OpenAIResponsesProvider
 from ._pool import HttpPool as HttpPool
 from ._prices import context_window_for as context_window_for
 from ._prices import price_for as price_for
@@ -143,5 +146,35 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "load_messages",
     "price_for",
 ]
+
+if TYPE_CHECKING:
+    from ._anthropic import AnthropicProvider as AnthropicProvider
+    from ._gemini import GeminiProvider as GeminiProvider
+    from ._openai import OpenAIProvider as OpenAIProvider
+    from ._openai_responses import OpenAIResponsesProvider as OpenAIResponsesProvider
+
+#: Public name → the private module that defines it, imported on first use.
+_LAZY = {
+    "AnthropicProvider": "_anthropic",
+    "GeminiProvider": "_gemini",
+    "OpenAIProvider": "_openai",
+    "OpenAIResponsesProvider": "_openai_responses",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 name_errors_by_package(__name__, globals())

@@ -19,13 +19,38 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ._types import ModelResponse, ToolUseBlock
+
+#: Values ``plain`` returns as they are, tested inline (a call per leaf would
+#: be most of an encoding's calls: a request is mostly strings).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every Mapping made a dict and every tuple a list (for json.dumps)."""
+    if isinstance(value, Mapping):
+        leaves = _LEAVES
+        return {
+            (k if type(k) is str else str(k)): (v if type(v) in leaves else plain(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        leaves = _LEAVES
+        return [v if type(v) in leaves else plain(v) for v in value]
+    return value
+
+
+def arguments_text(value: Any) -> str:
+    """Tool-call arguments as JSON text (a raw string, the model's invalid JSON, as it was)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
+
 
 #: How many levels of objects and arrays a tool call's arguments may nest.
 MAX_TOOL_ARGUMENT_DEPTH = 64
@@ -208,6 +233,8 @@ def loads_body(raw: bytes | str) -> Any:
         return json.loads(raw)
     except RecursionError:
         pass
+    import uuid  # here: only an answer nested past json's stack needs it
+
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     nonce = f"\x00tether-cut-{uuid.uuid4().hex}-"
     pieces: list[str] = []
@@ -262,10 +289,12 @@ def _restore(value: Any, cuts: dict[str, Cut]) -> Any:
 __all__ = [
     "MAX_TOOL_ARGUMENT_DEPTH",
     "Cut",
+    "arguments_text",
     "bound_arguments",
     "bound_response",
     "loads_body",
     "parse_tool_arguments",
+    "plain",
     "text_too_deep",
     "to_json_text",
     "value_too_deep",

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from ._arguments import arguments_text
 from ._errors import AuthenticationFailed
-from ._http import arguments_text
 from ._prices import context_window_for, price_for
 from ._types import (
     Backoff,

@@ -145,7 +145,7 @@ def name_errors_by_package(package: str, namespace: Mapping[str, object]) -> Non
     names = namespace["__all__"]
     assert isinstance(names, list)
     for name in names:
-        value = namespace[name]
+        value = namespace.get(name)  # a name the package imports lazily is not there yet
         if (
             isinstance(value, type)
             and issubclass(value, BaseException)

@@ -20,36 +20,13 @@ import attrs
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from ._arguments import arguments_text as arguments_text
+from ._arguments import plain
+from ._clients import client_for
 from ._errors import InvalidRequest, MalformedResponse, ProviderError, ResponseTooLarge
-from ._pool import client_for
 from ._shape import Shape
 from ._types import HttpPoolLike
 from ._wire_errors import error_for_exception, error_for_status, redact
-
-#: Values ``plain`` returns as they are, tested inline (a call per leaf would
-#: be most of an encoding's calls: a request is mostly strings).
-_LEAVES = frozenset({str, int, float, bool, type(None)})
-
-
-def plain(value: Any) -> Any:
-    """``value`` with every Mapping made a dict and every tuple a list (for json.dumps)."""
-    if isinstance(value, Mapping):
-        leaves = _LEAVES
-        return {
-            (k if type(k) is str else str(k)): (v if type(v) in leaves else plain(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        leaves = _LEAVES
-        return [v if type(v) in leaves else plain(v) for v in value]
-    return value
-
-
-def arguments_text(value: Any) -> str:
-    """Tool-call arguments as JSON text (a raw string, the model's invalid JSON, as it was)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_body(payload: Mapping[str, Any], provider: str) -> bytes:

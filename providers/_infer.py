@@ -2,9 +2,10 @@
 
 A model string is ``"<prefix>:<model>"``; :data:`PREFIXES` maps each prefix to
 what makes the provider from the part after the colon. A provider class whose
-first argument is the model name fits as it is, so a new provider adds one line
-(``"gemini": GeminiProvider,``). Keys come from the environment, as the
-provider classes read them when made (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``,
+first argument is the model name needs one small function that imports it on
+first use (``"gemini": gemini,``), so no provider's module (nor httpx) is loaded
+until a model string names it. Keys come from the environment, as the provider
+classes read them when made (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``,
 ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``).
 
 ``"scripted:<text>"`` is a :class:`ScriptedProvider` that answers every request
@@ -16,10 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._anthropic import AnthropicProvider
-from ._gemini import GeminiProvider
-from ._openai import OpenAIProvider
-from ._openai_responses import OpenAIResponsesProvider
 from ._scripted import Reply, ScriptedProvider
 from ._types import ModelRequest, Provider, ProviderContext
 
@@ -34,12 +31,44 @@ def scripted(text: str) -> ScriptedProvider:
     return ScriptedProvider(answer)
 
 
+# The HTTP providers' modules (and httpx with them) are imported when a model
+# string names one, not when tether is imported.
+
+
+def anthropic(model: str) -> Provider:
+    """``AnthropicProvider(model)`` (``"anthropic:<model>"``)."""
+    from ._anthropic import AnthropicProvider
+
+    return AnthropicProvider(model)
+
+
+def gemini(model: str) -> Provider:
+    """``GeminiProvider(model)`` (``"gemini:<model>"``)."""
+    from ._gemini import GeminiProvider
+
+    return GeminiProvider(model)
+
+
+def openai(model: str) -> Provider:
+    """``OpenAIProvider(model)`` (``"openai:<model>"``)."""
+    from ._openai import OpenAIProvider
+
+    return OpenAIProvider(model)
+
+
+def openai_responses(model: str) -> Provider:
+    """``OpenAIResponsesProvider(model)`` (``"openai-responses:<model>"``)."""
+    from ._openai_responses import OpenAIResponsesProvider
+
+    return OpenAIResponsesProvider(model)
+
+
 #: Prefix → what makes the provider from a model name.
 PREFIXES: dict[str, Callable[[str], Provider]] = {
-    "anthropic": AnthropicProvider,
-    "gemini": GeminiProvider,
-    "openai": OpenAIProvider,
-    "openai-responses": OpenAIResponsesProvider,
+    "anthropic": anthropic,
+    "gemini": gemini,
+    "openai": openai,
+    "openai-responses": openai_responses,
     "scripted": scripted,
 }
 

@@ -1,28 +1,19 @@
-"""The HTTP clients of the HTTP providers.
+"""The shared HTTP clients of the HTTP providers, for a Runtime.
 
-- :class:`HttpPool`: one ``httpx.AsyncClient`` per endpoint, for a Runtime.
-- :func:`client_for`: the pool's client for a request, or a temporary one.
+:class:`HttpPool` holds one ``httpx.AsyncClient`` per endpoint. httpx itself
+is imported when the first client is made (:mod:`tether.providers._clients`),
+not when a Runtime builds its pool: a run on the scripted provider, a CLI
+call or a worker's cold start never pays for it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import ssl
-from collections.abc import AsyncIterator
-from typing import cast
+from typing import TYPE_CHECKING
 
-import anyio
 import attrs
-import httpx
 
-from ._types import HttpPoolLike
-
-#: Connect quickly or fail; a model may think for minutes before its next byte.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
-DEFAULT_LIMITS = httpx.Limits(
-    max_connections=200, max_keepalive_connections=50, keepalive_expiry=30.0
-)
+if TYPE_CHECKING:
+    import httpx
 
 
 @attrs.define(eq=False)
@@ -32,10 +23,12 @@ class HttpPool:
     A Runtime owns one and passes it to providers as ``ProviderContext.http``;
     ``aclose()`` closes every client. A provider used outside a Runtime gets
     ``http=None`` and opens a temporary client per request instead.
+    ``timeout`` and ``limits`` left ``None`` are ``_clients.DEFAULT_TIMEOUT``
+    and ``_clients.DEFAULT_LIMITS``.
     """
 
-    timeout: httpx.Timeout = attrs.field(default=DEFAULT_TIMEOUT)
-    limits: httpx.Limits = attrs.field(default=DEFAULT_LIMITS)
+    timeout: httpx.Timeout | None = attrs.field(default=None)
+    limits: httpx.Limits | None = attrs.field(default=None)
     _clients: dict[str, httpx.AsyncClient] = attrs.field(init=False, factory=dict, repr=False)
     _closed: bool = attrs.field(init=False, default=False)
 
@@ -46,9 +39,9 @@ class HttpPool:
         key = base_url.rstrip("/")
         client = self._clients.get(key)
         if client is None:
-            client = httpx.AsyncClient(
-                timeout=self.timeout, limits=self.limits, verify=ssl_context()
-            )
+            from ._clients import new_client
+
+            client = new_client(self.timeout, self.limits)
             self._clients[key] = client
         return client
 
@@ -77,29 +70,4 @@ class HttpPool:
         await self.aclose()
 
 
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    """One default TLS context for every client (building one costs ~30 ms)."""
-    return httpx.create_ssl_context()
-
-
-@contextlib.asynccontextmanager
-async def client_for(http: HttpPoolLike | None, base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """The pool's client for ``base_url``, or a temporary one closed on exit."""
-    if http is not None:
-        yield cast(httpx.AsyncClient, http.client(base_url))
-        return
-    client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS, verify=ssl_context())
-    try:
-        yield client
-    finally:
-        with anyio.move_on_after(5.0, shield=True):
-            await client.aclose()
-
-
-__all__ = [
-    "DEFAULT_LIMITS",
-    "DEFAULT_TIMEOUT",
-    "HttpPool",
-    "client_for",
-]
+__all__ = ["HttpPool"]

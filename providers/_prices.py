@@ -18,7 +18,6 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from importlib import resources
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -53,6 +52,8 @@ def _price(model: str, entry: Any) -> Price:
 
 @functools.cache
 def _models() -> Mapping[str, Any]:
+    from importlib import resources  # here: once, when a price is first looked up
+
     raw = (
         resources.files(__package__ or "tether.providers")
         .joinpath("prices.json")

@@ -16,9 +16,8 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 
-from ._arguments import bound_arguments
+from ._arguments import arguments_text, bound_arguments
 from ._errors import FatalProviderError, ProviderError
-from ._http import arguments_text
 from ._settings import ModelSettings
 from ._types import (
     IMAGE_TOKENS_ESTIMATE,

@@ -46,7 +46,6 @@ provider's secrets before it is raised.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import math
@@ -54,10 +53,8 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from ._errors import (
     AuthenticationFailed,
@@ -77,6 +74,9 @@ from ._errors import (
     StreamInterrupted,
     TransientProviderError,
 )
+
+if TYPE_CHECKING:
+    import httpx  # imported where used: ``import tether`` never loads httpx
 
 #: Longest server message kept in an error message.
 MAX_DETAIL_CHARS = 500
@@ -104,6 +104,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         pass
     else:
         return max(0.0, seconds) if math.isfinite(seconds) else None
+    import email.utils  # here: only an HTTP date needs it
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -118,6 +120,8 @@ def retry_after_from_headers(
     headers: Mapping[str, str] | httpx.Headers, now: float | None = None
 ) -> float | None:
     """``retry-after-ms`` (milliseconds) if valid, else ``retry-after``."""
+    import httpx
+
     lowered = httpx.Headers(headers)
     millis = lowered.get("retry-after-ms")
     if millis is not None:
@@ -246,6 +250,8 @@ def error_for_status(
     ``note`` is added to the message of a 4xx (what the client knows about its
     own request that may explain it, such as that no API key was sent).
     """
+    import httpx
+
     kind, code, message = _error_object(body)
     reason = httpx.codes.get_reason_phrase(status)
     what = f"HTTP {status}" + (f" {reason}" if reason else "")
@@ -353,6 +359,8 @@ def error_for_exception(
     bodies are :class:`MalformedResponse`; a URL or request that httpx cannot
     send at all is :class:`InvalidRequest`.
     """
+    import httpx
+
     detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secrets)
     detail = _truncate(detail)
     if url:

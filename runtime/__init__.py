@@ -26,7 +26,10 @@ on, so that none of them imports a private module:
   (:class:`LeaseLost`, :class:`RunStoreError`), and the SQL row form the SQL
   stores share (:data:`RUN_COLUMNS`, :data:`TOOL_COLUMNS`,
   :func:`run_of_row`, :func:`tool_record_of_row`, :func:`encode_json`,
-  :func:`renewal_epochs`).
+  :func:`renewal_epochs`). Listing them: :class:`ListableRunStore`
+  (``list_runs``, keyset pages of :class:`RunSummary` in a :class:`RunPage`) and
+  the SQL stores' shared pieces (:func:`listing_sql`, :func:`summary_of_row`,
+  :func:`summary_of`, :func:`page_of`, :func:`check_listing`).
 - **Conversation and lesson stores** in a database: subclass
   :class:`StoredConversations` / :class:`StoredLessons` and give the SQL
   (:func:`conversation_conflict` is the error of a lost race).
@@ -35,9 +38,16 @@ on, so that none of them imports a private module:
   in one process), ``Runtime.share_budget`` to give a Runtime its
   :class:`SlicedBudget`; the messages :class:`Spent`, :class:`Grant` and the
   records :class:`LedgerStatus`, :class:`SliceStatistics`.
+- **Replay and fork** (docs/guides/replay.md): :func:`replay` and its
+  :class:`Replay` / :class:`Divergence`, :class:`ReplayProvider` (and
+  :class:`ReplayExhausted`), :func:`read_trail` / :func:`store_trail` (one run's
+  events from a JSONL file or a run store; :class:`TrailError`);
+  ``Runtime.fork``.
 - **Remote tools**: :class:`Toolset`, :class:`ToolsetSession`,
   :class:`RemoteTool`, :class:`Signals`, :class:`ConnectionLost`, :class:`ToolFilter`.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from tether.actors import Candidate as Candidate
 from tether.actors import Judge as Judge
@@ -82,6 +92,7 @@ from ._events import ProviderRetry as ProviderRetry
 from ._events import ProviderWait as ProviderWait
 from ._events import ReasoningDelta as ReasoningDelta
 from ._events import RunFinished as RunFinished
+from ._events import RunForked as RunForked
 from ._events import RunResumed as RunResumed
 from ._events import RunStarted as RunStarted
 from ._events import StageEntered as StageEntered
@@ -95,14 +106,7 @@ from ._events import Transition as Transition
 from ._events import UsageCharged as UsageCharged
 from ._events import dump as dump_event
 from ._events import load as load_event
-from ._fleetbudget import BudgetLedger as BudgetLedger
-from ._fleetbudget import Grant as Grant
-from ._fleetbudget import LedgerLink as LedgerLink
-from ._fleetbudget import LedgerStatus as LedgerStatus
-from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
-from ._fleetbudget import SlicedBudget as SlicedBudget
-from ._fleetbudget import SliceStatistics as SliceStatistics
-from ._fleetbudget import Spent as Spent
+from ._gc import GcTuning as GcTuning
 from ._input import InputPart as InputPart
 from ._input import RunInput as RunInput
 from ._lessons import InMemoryLessonStore as InMemoryLessonStore
@@ -116,21 +120,32 @@ from ._like import RuntimeLike as RuntimeLike
 from ._limits import Limits as Limits
 from ._limits import Termination as Termination
 from ._limits import Usage as Usage
-from ._llm_judge import Criterion as Criterion
-from ._llm_judge import LLMJudge as LLMJudge
+from ._playback import Divergence as Divergence
+from ._playback import Replay as Replay
+from ._playback import ReplayExhausted as ReplayExhausted
+from ._playback import ReplayProvider as ReplayProvider
 from ._policy import Policy as Policy
 from ._policy import PolicyPoint as PolicyPoint
 from ._policy import Verdict as Verdict
 from ._reader import ReaderKind as ReaderKind
 from ._reader import TrailReader as TrailReader
+from ._recording import TrailError as TrailError
+from ._recording import read_trail as read_trail
+from ._recording import store_trail as store_trail
+from ._replay import replay as replay
 from ._result import RunResult as RunResult
 from ._result import summarize as summarize
-from ._runrows import RUN_COLUMNS as RUN_COLUMNS
-from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
-from ._runrows import encode_json as encode_json
-from ._runrows import renewal_epochs as renewal_epochs
-from ._runrows import run_of_row as run_of_row
-from ._runrows import tool_record_of_row as tool_record_of_row
+from ._runlist import MAX_PAGE as MAX_PAGE
+from ._runlist import RUN_STATUSES as RUN_STATUSES
+from ._runlist import ListableRunStore as ListableRunStore
+from ._runlist import Order as Order
+from ._runlist import RunPage as RunPage
+from ._runlist import RunSummary as RunSummary
+from ._runlist import check_listing as check_listing
+from ._runlist import listing_sql as listing_sql
+from ._runlist import page_of as page_of
+from ._runlist import summary_of as summary_of
+from ._runlist import summary_of_row as summary_of_row
 from ._runstore import JSON as JSON
 from ._runstore import Answer as Answer
 from ._runstore import Claim as Claim
@@ -138,6 +153,7 @@ from ._runstore import Control as Control
 from ._runstore import LeaseLost as LeaseLost
 from ._runstore import NewRun as NewRun
 from ._runstore import RunNotFound as RunNotFound
+from ._runstore import RunStatus as RunStatus
 from ._runstore import RunStore as RunStore
 from ._runstore import RunStoreError as RunStoreError
 from ._runstore import RunStoreUnavailable as RunStoreUnavailable
@@ -155,7 +171,6 @@ from ._sinks import EventSink as EventSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import SinkStatus as SinkStatus
 from ._sinks import combine as combine
-from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
 from ._startcheck import StartChecked as StartChecked
 from ._startcheck import check_start as check_start
 from ._state import RunView as RunView
@@ -199,9 +214,11 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "Criterion",
     "DELTA_TYPES",
     "DepsT",
+    "Divergence",
     "EVENT_TYPES",
     "Event",
     "EventSink",
+    "GcTuning",
     "Grant",
     "InMemoryConversationStore",
     "InMemoryLessonStore",
@@ -222,13 +239,16 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "LessonStored",
     "LessonsRecalled",
     "Limits",
+    "ListableRunStore",
     "LocalLedgerLink",
+    "MAX_PAGE",
     "MCPServerRestarted",
     "MCPToolsListed",
     "MemoryFailed",
     "ModelCallFinished",
     "ModelCallStarted",
     "NewRun",
+    "Order",
     "OutputT",
     "PendingApproval",
     "Policy",
@@ -238,21 +258,29 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ProviderRetry",
     "ProviderWait",
     "RUN_COLUMNS",
+    "RUN_STATUSES",
     "ReaderKind",
     "ReasoningDelta",
     "RemoteTool",
+    "Replay",
+    "ReplayExhausted",
+    "ReplayProvider",
     "RuleJudge",
     "RunFinished",
+    "RunForked",
     "RunHandle",
     "RunHandleLike",
     "RunInput",
     "RunNotFound",
+    "RunPage",
     "RunResult",
     "RunResumed",
     "RunStarted",
+    "RunStatus",
     "RunStore",
     "RunStoreError",
     "RunStoreUnavailable",
+    "RunSummary",
     "RunView",
     "Runtime",
     "RuntimeClosed",
@@ -285,24 +313,95 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolRecord",
     "Toolset",
     "ToolsetSession",
+    "TrailError",
     "TrailReader",
     "Transition",
     "TruncateOldest",
     "Usage",
     "UsageCharged",
     "Verdict",
+    "check_listing",
     "check_start",
     "combine",
     "conversation_conflict",
     "dump_event",
     "encode_json",
     "estimate_tokens",
+    "listing_sql",
     "load_event",
+    "page_of",
+    "read_trail",
     "renewal_epochs",
+    "replay",
     "run_of_row",
+    "store_trail",
     "stored_result",
     "summarize",
+    "summary_of",
+    "summary_of_row",
     "tool_record_of_row",
 ]
+
+if TYPE_CHECKING:
+    from ._fleetbudget import BudgetLedger as BudgetLedger
+    from ._fleetbudget import Grant as Grant
+    from ._fleetbudget import LedgerLink as LedgerLink
+    from ._fleetbudget import LedgerStatus as LedgerStatus
+    from ._fleetbudget import LocalLedgerLink as LocalLedgerLink
+    from ._fleetbudget import SlicedBudget as SlicedBudget
+    from ._fleetbudget import SliceStatistics as SliceStatistics
+    from ._fleetbudget import Spent as Spent
+    from ._llm_judge import Criterion as Criterion
+    from ._llm_judge import LLMJudge as LLMJudge
+    from ._runrows import RUN_COLUMNS as RUN_COLUMNS
+    from ._runrows import TOOL_COLUMNS as TOOL_COLUMNS
+    from ._runrows import encode_json as encode_json
+    from ._runrows import renewal_epochs as renewal_epochs
+    from ._runrows import run_of_row as run_of_row
+    from ._runrows import tool_record_of_row as tool_record_of_row
+    from ._sqliteruns import SQLiteRunStore as SQLiteRunStore
+
+#: Public names imported on first use: a fleet's budget, the LLM judge, the SQLite run
+#: store and the SQL row form the SQL stores share (most programs use none of them).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "BudgetLedger",
+            "Grant",
+            "LedgerLink",
+            "LedgerStatus",
+            "LocalLedgerLink",
+            "SlicedBudget",
+            "SliceStatistics",
+            "Spent",
+        ),
+        "_fleetbudget",
+    ),
+    "Criterion": "_llm_judge",
+    "LLMJudge": "_llm_judge",
+    "RUN_COLUMNS": "_runrows",
+    "TOOL_COLUMNS": "_runrows",
+    "encode_json": "_runrows",
+    "renewal_epochs": "_runrows",
+    "run_of_row": "_runrows",
+    "tool_record_of_row": "_runrows",
+    "SQLiteRunStore": "_sqliteruns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 name_errors_by_package(__name__, globals())

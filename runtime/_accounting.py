@@ -25,6 +25,7 @@ implies (after recording a ``CeilingHit``), never raises.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -34,9 +35,11 @@ from tether.actors import ToolOutput
 from tether.providers import ModelRequest, Price, TokenUsage
 
 from ._budget import Budget, Hit, least
-from ._fleetbudget import SlicedBudget as Sliced
 from ._limits import Limits, Termination, UsageMeter
 from ._trail import Trail
+
+if TYPE_CHECKING:  # imported where a fleet's budget is used: not by import tether
+    from ._fleetbudget import SlicedBudget as Sliced
 
 
 class Accounts:
@@ -78,7 +81,10 @@ class Accounts:
         # The run's ModelSettings.max_tokens: sent as is when no budget bounds the call.
         self._asked = asked_max_tokens
         own = Budget(max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd)
-        self._budgets: Sequence[Budget] = [b for b in (own, shared) if b is not None and b.bounded]
+        # A tuple: no tracked object for the common case of no budget at all.
+        self._budgets: Sequence[Budget] = tuple(
+            b for b in (own, shared) if b is not None and b.bounded
+        )
         # What this run's call in flight holds of the shared budget.
         self._held_tokens = 0
         self._held_cost = 0.0
@@ -183,7 +189,9 @@ class Accounts:
         host's calls in flight can free room, as on one Runtime (see
         :mod:`._fleetbudget`).
         """
-        assert isinstance(shared, Sliced)
+        from ._fleetbudget import SlicedBudget
+
+        assert isinstance(shared, SlicedBudget)
         if cap is None:  # nothing of the slice bounds this call (an unpriced one, say)
             return cap
         want = self._wanted(shared)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
-from tether.providers import TokenUsage, ToolUseBlock
+from tether.providers import Reasoning, TokenUsage, ToolUseBlock
 
 from ._limits import Termination, Usage
 
@@ -141,6 +141,10 @@ class ModelCallFinished(Event):
     raw_stop_reason: str | None = None
     #: The model that answered, as the provider reported it.
     model: str | None = None
+    #: The response's reasoning blocks (with their signatures), for replay: with
+    #: ``text`` and ``tool_calls`` they are the whole response. Trails written before
+    #: this field replay without them.
+    reasoning: tuple[Reasoning, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -375,6 +379,20 @@ class RunResumed(Event):
 
 
 @attrs.frozen(kw_only=True)
+class RunForked(Event):
+    """The seam of a forked run (``Runtime.fork``, see docs/guides/replay.md).
+
+    The rounds before it replayed run ``from_run``'s recorded model responses and
+    tool results (no model call, no tool execution); from here on the run is live.
+    It comes in round ``at_round`` + 1, right after that round's ``ModelCallStarted``:
+    where the first request goes to the live provider.
+    """
+
+    from_run: str
+    at_round: int
+
+
+@attrs.frozen(kw_only=True)
 class RunFinished(Event):
     termination: Termination
     usage: Usage
@@ -416,6 +434,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MCPToolsListed,
         MCPServerRestarted,
         RunResumed,
+        RunForked,
         RunFinished,
         TextDelta,
         ToolCallDelta,

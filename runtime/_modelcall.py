@@ -316,6 +316,7 @@ def _finished_fields(response: ModelResponse) -> dict[str, Any]:
         "tool_calls": response.tool_calls,
         "raw_stop_reason": response.raw_stop_reason,
         "model": response.model,
+        "reasoning": response.reasoning,
     }
 
 

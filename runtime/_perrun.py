@@ -12,7 +12,8 @@ context until a tool, a policy or a judge asks for one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -25,12 +26,25 @@ if TYPE_CHECKING:
     from ._accounting import Accounts
 
 
+class PlaybackLike(Protocol):
+    """A played run's hooks (``_playback.Playback``: a replay's or a fork's)."""
+
+    def bind(self, run: Any) -> None:
+        """Called by the run as it is made."""
+
+    def tools(self, factory: Callable[[], Any]) -> Callable[[], Any]:
+        """The run's tools actor factory, given the live one's."""
+
+
 @attrs.frozen(kw_only=True)
 class RunExtras:
     """A run's merged model settings (``None``: none set) and its deps."""
 
     settings: ModelSettings | None = None
     deps: Any = attrs.field(default=None, eq=False, repr=False)
+    #: A replayed or forked run's playback (``_playback.Playback``): its recorded tool
+    #: results and approvals. ``None`` for every other run.
+    playback: PlaybackLike | None = attrs.field(default=None, eq=False, repr=False)
 
     def clamp_args(self, provider: object) -> dict[str, int | None]:
         """The output caps for :class:`~._accounting.Accounts`: the settings' ``max_tokens``
@@ -65,12 +79,13 @@ def prepare(agent: Agent[Any, Any], settings: ModelSettings | None, deps: Any) -
 class PerRun:
     """One run's settings and deps, and the contexts made from them."""
 
-    __slots__ = ("_accounts", "deps", "run_id", "settings")
+    __slots__ = ("_accounts", "deps", "playback", "run_id", "settings")
 
     def __init__(self, run_id: str, extras: RunExtras, accounts: Accounts) -> None:
         self.run_id = run_id
         self.settings = extras.settings
         self.deps = extras.deps
+        self.playback = extras.playback
         self._accounts = accounts
 
     def context(

@@ -215,6 +215,8 @@ class Run:
         self._transcript = transcript or Transcript.of(agent)
         if durable is not None and durable.point is not None:  # claimed from the store
             durable.point.restore(state, trail)
+        if extras.playback is not None:  # a replayed or forked run (_playback.py)
+            extras.playback.bind(self)
 
     # ------------------------------------------------------------- the handle
 
@@ -421,6 +423,8 @@ class Run:
     def _tools_actor(self) -> ActorRef[RunTools]:
         if self._tool_actor is None:
             factory = _tool_actor_factory(self.agent, self._services.threads)
+            if (playback := self.per_run.playback) is not None:
+                factory = playback.tools(factory)
             self._tool_actor = self._spawn("tools", factory)
         return self._tool_actor
 
@@ -498,8 +502,14 @@ class Run:
             with trail.stage("context"):
                 request = _request(self)
             assert self._model is not None
-            with trail.stage("model"):
+            # ``with trail.stage("model")`` spelled out: a parked frame holds no bound __exit__.
+            trail.stage("model").__enter__()
+            try:
                 outcome = await self._model.call(request)
+            except BaseException as exc:
+                trail.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            trail.__exit__(None, None, None)
             if isinstance(outcome, Decision):
                 return outcome
             response = outcome

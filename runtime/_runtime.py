@@ -7,7 +7,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 import attrs
@@ -21,7 +21,8 @@ from ._agent import Agent, DepsT, OutputT
 from ._budget import Budget, Hit
 from ._conversations import ConversationStore
 from ._durable import wait_result
-from ._fleetbudget import LedgerLink, SlicedBudget, slice_of
+from ._fork import fork
+from ._gc import GcHold, GcTuning
 from ._input import RunInput
 from ._keeper import Keeper
 from ._limits import Limits
@@ -31,12 +32,16 @@ from ._result import RunResult
 from ._run import Run
 from ._runstore import Answer, RunNotFound, RunStore
 from ._services import RuntimeServices
+from ._shutdown import close_shared
 from ._sinks import EventSink, SinkStatus, SinkThread, combine, wants_deltas
 from ._startcheck import StartChecked, check_start
 from ._state import load_state
 from ._storedhandle import StoredEventStream, StoredRun
 from ._trail import TextStream
 from ._transcript import Chat, Transcript, Turns
+
+if TYPE_CHECKING:  # a fleet's budget is imported by share_budget: not by import tether
+    from ._fleetbudget import LedgerLink, SlicedBudget
 
 #: A checked start: what :func:`check_start` made of its arguments, and the run's id.
 _Start = tuple[StartChecked, str]
@@ -307,7 +312,8 @@ class Runtime:
     seconds that the Runtime renews; ``agents`` are the agents it can resume
     by name; ``resume=True`` claims and continues runs whose owner died.
 
-    ``hooks`` are an integration's callbacks (:class:`RuntimeHooks`).
+    ``hooks`` are an integration's callbacks (:class:`RuntimeHooks`). ``gc`` sets the
+    process's garbage collector while the Runtime runs (:class:`GcTuning`; ``None``: untouched).
     """
 
     def __init__(
@@ -326,8 +332,10 @@ class Runtime:
         lease_s: float = 30.0,
         resume: bool = False,
         hooks: RuntimeHooks | None = None,
+        gc: GcTuning | None = None,
     ) -> None:
         self._keeper = _keeper(store, agents, lease_s, resume)
+        self._gc = GcHold(gc)
         if hooks is not None and not isinstance(hooks, RuntimeHooks):
             raise TypeError(f"Runtime(hooks=...) must be a RuntimeHooks, got {hooks!r}")
         self._hooks = hooks or RuntimeHooks()
@@ -383,6 +391,7 @@ class Runtime:
             raise RuntimeError("this Runtime is already running")
         if self._keeper is not None:  # a store that cannot be used fails here, not per run
             await self._keeper.store.claimable(limit=1)
+        self._gc.enter()  # before anything starts: a tuning that conflicts is refused here
         if self._sink is not None:
             self._sink_thread = SinkThread(self._sink, self.sink_backlog)
         self._services = RuntimeServices(
@@ -432,20 +441,15 @@ class Runtime:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._tg = None
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(5):
-                    await services.http.aclose()
-                if self._budget is not None:
-                    with anyio.move_on_after(5):
-                        await self._budget.aclose()
-                if self._sink_thread is not None:
-                    await self._sink_thread.aclose(self.shutdown_grace_s)
-                if self.conversations is not None:
-                    with anyio.move_on_after(5):
-                        await self.conversations.aclose()
-                if self._keeper is not None:
-                    with anyio.move_on_after(5):
-                        await self._keeper.store.aclose()
+            self._gc.exit()
+            await close_shared(
+                services,
+                self._budget,
+                self._sink_thread,
+                self.shutdown_grace_s,
+                self.conversations,
+                self._keeper,
+            )
 
     async def _wait_all(self) -> None:
         while self._runs:
@@ -697,8 +701,7 @@ class Runtime:
     def in_flight(self, run_id: str) -> RunHandle[Any] | None:
         """The handle of run ``run_id`` if it is in flight here (started or resumed
         by this Runtime and not yet finished or parked), else ``None``."""
-        run = self._runs.get(run_id)
-        return None if run is None else RunHandle[Any](run)
+        return None if (run := self._runs.get(run_id)) is None else RunHandle[Any](run)
 
     @property
     def owner(self) -> str | None:
@@ -733,7 +736,7 @@ class Runtime:
                 "this Runtime has a budget of its own (Runtime(limits=...)): a host of a fleet "
                 "takes its budget from the fleet's ledger"
             )
-        self._budget = slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
+        self._budget = _slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
         return self._budget
 
     def _forget(self, run_id: str) -> None:
@@ -752,6 +755,8 @@ class Runtime:
     def new_run_id(self) -> str:
         return f"run-{self._prefix}-{next(self._ids)}"
 
+    fork = fork  # await rt.fork(run_id, at_round=N, agent=...): tether.runtime._fork
+
     @property
     def sink_status(self) -> SinkStatus | None:
         """How the event sink keeps up: delivered, dropped, waiting (``None``: no sink)."""
@@ -760,8 +765,7 @@ class Runtime:
     @property
     def budget(self) -> BudgetStatus | None:
         """What the Runtime-wide budget (``Runtime(limits=...)``) has used, or ``None``."""
-        b = self._budget
-        if b is None:
+        if (b := self._budget) is None:
             return None
         return BudgetStatus(
             max_total_tokens=b.max_total_tokens,
@@ -786,6 +790,15 @@ class Runtime:
     def running(self) -> int:
         """Runs started and not yet finished (queued included)."""
         return len(self._runs)
+
+
+def _slice_of(
+    link: LedgerLink, limits: Limits, *, poll_s: float, idle_poll_s: float
+) -> SlicedBudget:
+    """``_fleetbudget.slice_of``, imported here: only a fleet's host needs that module."""
+    from ._fleetbudget import slice_of
+
+    return slice_of(link, limits, poll_s=poll_s, idle_poll_s=idle_poll_s)
 
 
 def _check_free(rt: Runtime, run_id: str) -> None:

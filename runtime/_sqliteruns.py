@@ -35,6 +35,15 @@ from collections.abc import Mapping, Sequence
 import anyio
 import anyio.lowlevel
 
+from ._runlist import (
+    Order,
+    RunPage,
+    RunSummary,
+    check_listing,
+    listing_sql,
+    page_of,
+    summary_of_row,
+)
 from ._runrows import (
     RUN_COLUMNS,
     TOOL_COLUMNS,
@@ -50,6 +59,7 @@ from ._runstore import (
     Control,
     LeaseLost,
     NewRun,
+    RunStatus,
     RunStoreError,
     RunStoreUnavailable,
     StoredRun,
@@ -58,9 +68,10 @@ from ._runstore import (
 from ._sqlite import SQLiteFile
 
 #: The schema version this code writes (``PRAGMA user_version``): 2 added the lease
-#: epoch. A version-1 file is migrated in place on first use (its runs get epoch 0);
-#: an older tether then refuses the file (a newer schema) instead of writing unfenced.
-SCHEMA_VERSION = 2
+#: epoch, 3 the listing's indexes (:meth:`SQLiteRunStore.list_runs`). An older file is
+#: migrated in place on first use (version-1 runs get epoch 0); an older tether then
+#: refuses the file (a newer schema) instead of writing unfenced.
+SCHEMA_VERSION = 3
 
 _SCHEMA_V1 = (
     """
@@ -124,9 +135,31 @@ _COLUMNS = (
     "result",
 )
 
+#: A finished run's termination, as the listing filters on it (and indexes it).
+_TERMINATION = "json_extract(result, '$.termination')"
+
+#: The listing's row (:func:`~._runlist.summary_of_row`): counts from the result, else
+#: the checkpoint, read in SQL so that the messages never leave the file.
+_SUMMARY = (
+    "run_id, agent, status, parent_run_id, created_at, updated_at, events, "
+    f"{_TERMINATION}, "
+    + ", ".join(
+        f"json_extract(COALESCE(result, checkpoint), '$.usage.{key}')"
+        for key in ("steps", "input_tokens", "output_tokens", "cost_usd", "unpriced")
+    )
+)
+
 _TO_V2 = ("ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",)
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _TO_V2}
+#: The listing's indexes, one per filter, each in the listing's order (keyset pages).
+_TO_V3 = (
+    "CREATE INDEX IF NOT EXISTS runs_listed ON runs (created_at, run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (agent, created_at, run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at, run_id)",
+    f"CREATE INDEX IF NOT EXISTS runs_by_termination ON runs ({_TERMINATION}, created_at, run_id)",
+)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _TO_V2, 2: _TO_V3}
 
 
 #: The largest end (its rows' bytes) that may use the room kept for ends: a lean one,
@@ -173,7 +206,18 @@ class SQLiteRunStore(SQLiteFile):
     transient_error = RunStoreUnavailable
     schema_version = SCHEMA_VERSION
     migrations = _MIGRATIONS
-    objects = frozenset({"runs", "runs_claimable", "run_events", "run_tools"})
+    objects = frozenset(
+        {
+            "runs",
+            "runs_claimable",
+            "runs_listed",
+            "runs_by_agent",
+            "runs_by_status",
+            "runs_by_termination",
+            "run_events",
+            "run_tools",
+        }
+    )
     application_id = APPLICATION_ID
     table = "runs"
     columns = _COLUMNS
@@ -532,6 +576,39 @@ class SQLiteRunStore(SQLiteFile):
             ]
 
         return [json.loads(text) for text in await self._run(job)]
+
+    async def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        status: RunStatus | None = None,
+        termination: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        order: Order = "newest",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """See :meth:`tether.runtime.ListableRunStore.list_runs`."""
+        cursor = check_listing(status=status, order=order, limit=limit, after=after)
+        tail, args = listing_sql(
+            placeholder="?",
+            termination_expr=_TERMINATION,
+            agent=agent,
+            status=status,
+            termination=termination,
+            since=since,
+            until=until,
+            order=order,
+            cursor=cursor,
+            limit=limit,
+        )
+
+        def job(conn: sqlite3.Connection) -> list[RunSummary]:
+            rows = conn.execute(f"SELECT {_SUMMARY} FROM runs{tail}", args).fetchall()
+            return [summary_of_row(row) for row in rows]
+
+        return page_of(await self._run(job), limit)
 
     async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
         def job(conn: sqlite3.Connection) -> bool:

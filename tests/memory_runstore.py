@@ -21,7 +21,20 @@ import anyio.lowlevel
 import attrs
 
 from tether import LeaseLost
-from tether.runtime import Answer, Claim, Control, NewRun, StoredRun, ToolRecord
+from tether.runtime import (
+    Answer,
+    Claim,
+    Control,
+    NewRun,
+    Order,
+    RunPage,
+    RunStatus,
+    StoredRun,
+    ToolRecord,
+    check_listing,
+    page_of,
+    summary_of,
+)
 
 
 @attrs.define
@@ -40,6 +53,9 @@ class _Row:
     answers: tuple[Answer, ...] = ()
     epoch: int = 1
     tools: list[ToolRecord] = attrs.field(factory=list)
+    #: The loop's clock at create and at the last change (for the listing's updated_at).
+    born: float = 0.0
+    changed: float = 0.0
 
 
 class MemoryRunStore:
@@ -114,7 +130,10 @@ class MemoryRunStore:
         self.writes.append(("create", run.run_id, owner, 1))
         if self.creator is None:
             self.creator = owner
-        self.rows[run.run_id] = _Row(run=run, owner=owner, expires=anyio.current_time() + lease_s)
+        now = anyio.current_time()
+        self.rows[run.run_id] = _Row(
+            run=run, owner=owner, expires=now + lease_s, born=now, changed=now
+        )
         await self._reply("create", owner)
 
     async def get(self, run_id: str) -> StoredRun | None:
@@ -198,6 +217,7 @@ class MemoryRunStore:
         self._append(row, events)
         row.result, row.status, row.owner, row.expires = dict(result), "finished", None, None
         row.pending, row.tools = (), []
+        row.changed = anyio.current_time()
         await self._reply("finish", owner)
 
     async def renew(
@@ -270,6 +290,56 @@ class MemoryRunStore:
                 if row is not None and (len(row.events) > seen or row.status == "finished"):
                     return
                 await anyio.sleep(0.05)
+
+    async def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        status: RunStatus | None = None,
+        termination: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        order: Order = "newest",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """The listing (``tether.runtime.ListableRunStore``), by a scan: a test store."""
+        cursor = check_listing(status=status, order=order, limit=limit, after=after)
+        await anyio.lowlevel.checkpoint()
+        summaries = [
+            summary_of(
+                run_id=run_id,
+                agent=row.run.agent,
+                status=row.status,  # type: ignore[arg-type]
+                parent_run_id=row.run.parent_run_id,
+                created_at=row.run.created_at,
+                updated_at=row.run.created_at + (row.changed - row.born),
+                events=len(row.events),
+                result=row.result,
+                checkpoint=row.checkpoint,
+            )
+            for run_id, row in self.rows.items()
+        ]
+        newest = order == "newest"
+        summaries.sort(key=lambda s: (s.created_at, s.run_id), reverse=newest)
+        chosen = [
+            s
+            for s in summaries
+            if (agent is None or s.agent == agent)
+            and (status is None or s.status == status)
+            and (termination is None or s.termination == termination)
+            and (since is None or s.created_at >= since)
+            and (until is None or s.created_at < until)
+            and (
+                cursor is None
+                or (
+                    (s.created_at, s.run_id) < cursor
+                    if newest
+                    else (s.created_at, s.run_id) > cursor
+                )
+            )
+        ]
+        return page_of(chosen[: limit + 1], limit)
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()

@@ -26,7 +26,7 @@ import attrs
 import pytest
 
 from tether import LeaseLost, RunStore
-from tether.runtime import Answer, NewRun, ToolRecord
+from tether.runtime import Answer, ListableRunStore, NewRun, ToolRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +41,8 @@ __all__ = [
     "test_create_and_get",
     "test_epoch_grows_with_every_claim",
     "test_finish_stores_the_result_and_ends_ownership",
+    "test_list_runs_filters_and_pages_by_keyset",
+    "test_list_runs_refuses_bad_arguments",
     "test_park_releases_the_run",
     "test_release_makes_the_run_claimable_at_once",
     "test_renew_checks_the_epoch",
@@ -509,3 +511,142 @@ async def test_renew_checks_the_epoch(make_store: MakeStore) -> None:
         assert [(c.run_id, c.lost) for c in controls] == [("b", False), ("a", False)]
         with pytest.raises(ValueError, match="epoch"):
             await store.renew("A", ["a", "b"], lease_s=60, epochs=[1])
+
+
+def _usage(steps: int, tokens: int, cost: float | None, **more: Any) -> dict[str, Any]:
+    return {
+        "steps": steps,
+        "input_tokens": tokens,
+        "output_tokens": 1,
+        "cost_usd": cost,
+        **more,
+    }
+
+
+async def _listed(store: RunStore) -> ListableRunStore:
+    assert isinstance(store, ListableRunStore)
+    return store
+
+
+async def test_list_runs_filters_and_pages_by_keyset(make_store: MakeStore) -> None:
+    """The listing: newest or oldest first, every filter, counts from the result or the
+    checkpoint, and keyset pages that neither repeat nor skip a run added meanwhile."""
+    async with opened(make_store) as raw:
+        store = await _listed(raw)
+        assert (await store.list_runs()).runs == ()
+        for i in range(7):
+            agent = "planner" if i % 2 == 0 else "writer"
+            run = NewRun(run_id=f"r{i}", agent=agent, input="q", created_at=100.0 + i)
+            await store.create(run, owner="A", lease_s=60)
+        # r0, r1 finished (answered, max_steps); r2 parked; r3 checkpointed; the rest fresh.
+        await store.finish(
+            "r0",
+            owner="A",
+            events=[event(0, "r0")],
+            result={"termination": "answered", "usage": _usage(2, 10, 0.5)},
+        )
+        await store.finish(
+            "r1",
+            owner="A",
+            events=[event(0, "r1")],
+            result={"termination": "max_steps", "usage": _usage(3, 20, None)},
+        )
+        await store.park(
+            "r2",
+            owner="A",
+            events=[event(0, "r2")],
+            checkpoint={"usage": _usage(1, 5, 0.0, unpriced=True)},
+            pending=["c1"],
+        )
+        await store.commit(
+            "r3",
+            owner="A",
+            events=[event(0, "r3")],
+            checkpoint={"usage": _usage(1, 7, 0.25, unpriced=False)},
+            lease_s=60,
+        )
+        every = await store.list_runs()
+        assert [r.run_id for r in every.runs] == [f"r{i}" for i in reversed(range(7))]
+        assert every.next is None
+        oldest = await store.list_runs(order="oldest", limit=2)
+        assert [r.run_id for r in oldest.runs] == ["r0", "r1"]
+        by_id = {r.run_id: r for r in every.runs}
+        r0, r1, r2, r3, r6 = (by_id[k] for k in ("r0", "r1", "r2", "r3", "r6"))
+        assert (r0.status, r0.termination, r0.rounds, r0.tokens, r0.cost_usd) == (
+            "finished",
+            "answered",
+            2,
+            11,
+            0.5,
+        )
+        assert r0.duration_s is not None
+        assert r0.duration_s >= 0
+        assert (r1.termination, r1.cost_usd) == ("max_steps", None)
+        assert (r2.status, r2.termination, r2.rounds, r2.tokens, r2.cost_usd) == (
+            "parked",
+            None,
+            1,
+            6,
+            None,  # unpriced: never zero
+        )
+        assert (r3.status, r3.rounds, r3.tokens, r3.cost_usd) == ("running", 1, 8, 0.25)
+        assert (r6.rounds, r6.tokens, r6.cost_usd, r6.duration_s) == (None, None, None, None)
+        assert r3.events == 1
+        assert r6.events == 0
+        assert r6.created_at == 106.0
+
+        async def ids(**kw: Any) -> list[str]:
+            return [r.run_id for r in (await store.list_runs(**kw)).runs]
+
+        assert await ids(agent="writer") == ["r5", "r3", "r1"]
+        assert await ids(status="finished") == ["r1", "r0"]
+        assert await ids(status="parked") == ["r2"]
+        assert await ids(termination="answered") == ["r0"]
+        assert await ids(since=102.0, until=104.0) == ["r3", "r2"]
+        assert await ids(agent="planner", status="running") == ["r6", "r4"]
+        assert await ids(agent="nobody") == []
+
+        # Pages of 3: r6 r5 r4 | r3 r2 r1 | r0, and a run added meanwhile changes nothing
+        # on the pages after the cursor (it sorts before it).
+        first = await store.list_runs(limit=3)
+        assert [r.run_id for r in first.runs] == ["r6", "r5", "r4"]
+        assert first.next is not None
+        await store.create(
+            NewRun(run_id="r7", agent="planner", input="q", created_at=107.0), owner="A", lease_s=60
+        )
+        second = await store.list_runs(limit=3, after=first.next)
+        assert [r.run_id for r in second.runs] == ["r3", "r2", "r1"]
+        assert second.next is not None
+        third = await store.list_runs(limit=3, after=second.next)
+        assert [r.run_id for r in third.runs] == ["r0"]
+        assert third.next is None
+        # Ties on the start time are broken by run id, in the same order both ways.
+        for run_id in ("t2", "t1"):
+            await store.create(
+                NewRun(run_id=run_id, agent="tie", input="q", created_at=50.0),
+                owner="A",
+                lease_s=60,
+            )
+        tie = await store.list_runs(agent="tie", limit=1)
+        assert [r.run_id for r in tie.runs] == ["t2"]
+        assert tie.next is not None
+        assert await ids(agent="tie", after=tie.next, limit=1) == ["t1"]
+        up = await store.list_runs(agent="tie", order="oldest", limit=1)
+        assert [r.run_id for r in up.runs] == ["t1"]
+        assert up.next is not None
+        assert await ids(agent="tie", order="oldest", after=up.next) == ["t2"]
+
+
+async def test_list_runs_refuses_bad_arguments(make_store: MakeStore) -> None:
+    """A bad status, order, limit or cursor is a ValueError naming it."""
+    async with opened(make_store) as raw:
+        store = await _listed(raw)
+        with pytest.raises(ValueError, match="status"):
+            await store.list_runs(status="done")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="order"):
+            await store.list_runs(order="up")  # type: ignore[arg-type]
+        for limit in (0, 501, True):
+            with pytest.raises(ValueError, match="limit"):
+                await store.list_runs(limit=limit)
+        with pytest.raises(ValueError, match="cursor"):
+            await store.list_runs(after="not-a-cursor")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tether
 from tether import events as ev
-from tether.providers import ScriptedProvider, TokenUsage, ToolUseBlock
+from tether.providers import Reasoning, ScriptedProvider, TokenUsage, ToolUseBlock
 
 CONTRACT_NAMES = [
     "Runtime",
@@ -283,6 +283,7 @@ EXAMPLES: list[ev.Event] = [
         text="",
         tool_calls=(ToolUseBlock(id="t1", name="add", input={"a": [1, 2], "b": {"c": None}}),),
         raw_stop_reason="tool_use",
+        reasoning=(Reasoning(text="hm", signature="sig", provider="anthropic"),),
     ),
     ev.PolicyChecked(**BASE, point="tool_call", verdict="deny", reason="no", call_id="t1"),
     ev.ToolCallStarted(**BASE, call_id="t1", name="add", arguments='{"a": 1'),
@@ -313,6 +314,7 @@ EXAMPLES: list[ev.Event] = [
         messages_after=21,
     ),
     ev.RunResumed(**BASE, from_round=2, previous_owner="host:1234:ab"),
+    ev.RunForked(**BASE, from_run="run-1", at_round=2),
     ev.RunFinished(
         **BASE, termination=tether.Termination.CRASHED, usage=USAGE, output=None, error="tb"
     ),

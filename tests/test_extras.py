@@ -19,6 +19,7 @@ EXTRAS = {
     "tether.postgres": (("psycopg", "psycopg_pool"), "postgres"),
     "tether.ray": (("ray",), "ray"),
     "tether.otel": (("opentelemetry",), "otel"),
+    "tether.ui.ag_ui": (("ag_ui",), "ui"),
 }
 
 
@@ -52,6 +53,11 @@ def test_an_integration_without_its_extra_names_the_extra(module: str) -> None:
     out = _import_hiding(module, hidden)
     assert out.startswith("ImportError"), out
     assert f"pip install 'tether[{extra}]'" in out
+
+
+def test_the_vercel_endpoint_needs_no_extra() -> None:
+    """tether.ui.vercel_ai imports with no package beyond tether's own (no ag-ui, no pydantic)."""
+    assert _import_hiding("tether.ui.vercel_ai", ("ag_ui", "pydantic")).strip() == "imported"
 
 
 def test_the_cli_runs_without_rich() -> None:

@@ -35,7 +35,20 @@ def parked(path: Path) -> int:
         conn.close()
 
 
-async def wait_parked(path: Path, count: int) -> None:
+def unparked(path: Path) -> str:
+    """The runs not parked, as the store holds them: what a stall failure reports."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.row_factory = sqlite3.Row
+        rows = conn.execute("SELECT * FROM runs WHERE status != 'parked' LIMIT 5").fetchall()
+        statuses = conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall()
+    finally:
+        conn.close()
+    shown = [{k: r[k] for k in r.keys() if k not in ("messages", "state")} for r in rows]  # noqa: SIM118
+    return f"statuses {[tuple(s) for s in statuses]}; not parked: {shown}"
+
+
+async def wait_parked(path: Path, count: int, rt: tether.Runtime) -> None:
     """Until ``count`` runs are parked. Fails on a hang (no run parked for :data:`STALL_S`),
     never on a slow machine: parking 10,000 runs took 45 s here and over 120 s in a CI run."""
     seen, since = -1, anyio.current_time()
@@ -43,7 +56,11 @@ async def wait_parked(path: Path, count: int) -> None:
         if now != seen:
             seen, since = now, anyio.current_time()
         elif anyio.current_time() - since > STALL_S:
-            pytest.fail(f"{now} of {count} runs parked; none more in {STALL_S:g} s")
+            running = sorted(rt._runs)[:5]
+            pytest.fail(
+                f"{now} of {count} runs parked; none more in {STALL_S:g} s; the Runtime "
+                f"runs {running}; {await anyio.to_thread.run_sync(unparked, path)}"
+            )
         await anyio.sleep(0.05)
 
 
@@ -69,7 +86,7 @@ async def test_ten_thousand_parked_runs_hold_no_task_and_no_memory(
     async with tether.Runtime(store=tether.SQLiteRunStore(path), max_concurrent_runs=500) as rt:
         for i in range(runs):
             rt.start(agent, f"k{i}", run_id=f"p{i}")
-        await wait_parked(path, runs)
+        await wait_parked(path, runs, rt)
         # The last runs' tasks end just after their park is written (a store write
         # in a worker thread may still be under way): every one ends, none stays.
         with anyio.fail_after(STALL_S):

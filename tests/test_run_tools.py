@@ -825,7 +825,7 @@ async def test_a_call_timeout_scope_is_the_backend_scope_move_on_after_makes(
         assert isinstance(scope, trio.CancelScope)
     else:
         assert isinstance(scope, anyio.CancelScope)
-        assert clock is not anyio.current_time or not _spawn._CHECKED
+        assert clock is not anyio.current_time or not _spawn.anyio_checked()
 
 
 def test_outside_a_loop_the_call_timeout_scope_is_anyio_public_pair() -> None:

@@ -146,5 +146,5 @@ async def test_cancel_scope_names_the_reason_not_the_calling_task(anyio_backend:
         cancel_scope(tg.cancel_scope, "test: a short reason")
     assert len(messages) == 1
     assert messages[0].endswith("reason: test: a short reason")
-    if _spawn._CHECKED:  # elsewhere it is anyio's own scope.cancel(reason), repr and all
+    if _spawn.anyio_checked():  # elsewhere it is anyio's own scope.cancel(reason), repr and all
         assert "Task" not in messages[0]

@@ -62,7 +62,7 @@ async def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     await store.create(new_run(), owner="A", lease_s=60)
     await store.aclose()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA application_id").fetchone()[0] == 0x54746852
     conn.close()
@@ -98,7 +98,7 @@ async def test_a_version_1_file_is_migrated_to_epochs(tmp_path: Path) -> None:
     finally:
         await store.aclose()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3  # migrated to the newest
     conn.close()
 
 

@@ -1,6 +1,6 @@
 """tether: an async actor-model runtime for LLM agents, on asyncio and trio."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import events as events
 from tether._sync import run_sync as run_sync
@@ -20,7 +20,8 @@ from tether.providers import load_messages as load_messages
 from tether.runtime import Agent as Agent
 from tether.runtime import Candidate as Candidate
 from tether.runtime import ConversationStore as ConversationStore
-from tether.runtime import Criterion as Criterion
+from tether.runtime import Divergence as Divergence
+from tether.runtime import GcTuning as GcTuning
 from tether.runtime import InMemoryConversationStore as InMemoryConversationStore
 from tether.runtime import InMemoryLessonStore as InMemoryLessonStore
 from tether.runtime import JsonlSink as JsonlSink
@@ -31,9 +32,10 @@ from tether.runtime import LeaseLost as LeaseLost
 from tether.runtime import Lesson as Lesson
 from tether.runtime import LessonStore as LessonStore
 from tether.runtime import Limits as Limits
-from tether.runtime import LLMJudge as LLMJudge
 from tether.runtime import Policy as Policy
 from tether.runtime import PolicyPoint as PolicyPoint
+from tether.runtime import Replay as Replay
+from tether.runtime import ReplayProvider as ReplayProvider
 from tether.runtime import RuleJudge as RuleJudge
 from tether.runtime import RunHandle as RunHandle
 from tether.runtime import RunHandleLike as RunHandleLike
@@ -46,11 +48,19 @@ from tether.runtime import Runtime as Runtime
 from tether.runtime import RuntimeLike as RuntimeLike
 from tether.runtime import SQLiteConversationStore as SQLiteConversationStore
 from tether.runtime import SQLiteLessonStore as SQLiteLessonStore
-from tether.runtime import SQLiteRunStore as SQLiteRunStore
 from tether.runtime import Termination as Termination
 from tether.runtime import TruncateOldest as TruncateOldest
 from tether.runtime import Usage as Usage
 from tether.runtime import Verdict as Verdict
+from tether.runtime import replay as replay
+
+if TYPE_CHECKING:
+    from tether.runtime import Criterion as Criterion
+    from tether.runtime import LLMJudge as LLMJudge
+    from tether.runtime import SQLiteRunStore as SQLiteRunStore
+
+#: Names of tether.runtime imported on first use (see its ``__getattr__``).
+_LAZY = frozenset({"Criterion", "LLMJudge", "SQLiteRunStore"})
 
 #: The installed distribution's version (``importlib.metadata.version("tether")``),
 #: read on first use: the package metadata is not searched at import.
@@ -61,7 +71,9 @@ __all__ = [
     "Candidate",
     "ConversationStore",
     "Criterion",
+    "Divergence",
     "FatalToolError",
+    "GcTuning",
     "Image",
     "InMemoryConversationStore",
     "InMemoryLessonStore",
@@ -79,6 +91,8 @@ __all__ = [
     "Policy",
     "PolicyPoint",
     "Reasoning",
+    "Replay",
+    "ReplayProvider",
     "RuleJudge",
     "RunContext",
     "RunHandle",
@@ -104,12 +118,19 @@ __all__ = [
     "dump_messages",
     "events",
     "load_messages",
+    "replay",
     "run_sync",
     "tool",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import tether.runtime
+
+        value = getattr(tether.runtime, name)
+        globals()[name] = value  # found directly from now on
+        return value
     if name == "__version__":
         from importlib.metadata import version
 
@@ -117,3 +138,7 @@ def __getattr__(name: str) -> Any:
         globals()["__version__"] = value  # read once
         return value
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY | {"__version__"})

@@ -26,6 +26,7 @@ from tether.runtime import ProviderRetry as ProviderRetry
 from tether.runtime import ProviderWait as ProviderWait
 from tether.runtime import ReasoningDelta as ReasoningDelta
 from tether.runtime import RunFinished as RunFinished
+from tether.runtime import RunForked as RunForked
 from tether.runtime import RunResumed as RunResumed
 from tether.runtime import RunStarted as RunStarted
 from tether.runtime import StageEntered as StageEntered
@@ -68,6 +69,7 @@ __all__ = [  # noqa: RUF022  (plain sorted())
     "ProviderWait",
     "ReasoningDelta",
     "RunFinished",
+    "RunForked",
     "RunResumed",
     "RunStarted",
     "StageEntered",

@@ -28,6 +28,8 @@ Spans, with explicit start and end times taken from the events' ``at``:
   ``ToolCallStarted`` to ``ToolCallFinished``; an ``is_error`` result is an error.
 - An MCP server's reconnection (``MCPServerRestarted``) is a
   ``tether.mcp_server_restarted`` event on the run's span.
+- A forked run's seam (``RunForked``) is a ``tether.run_forked`` event on the
+  run's span (``tether.forked.from_run``, ``tether.forked.at_round``).
 
 Attributes follow the OpenTelemetry GenAI semantic conventions
 (``gen_ai.operation.name``, ``gen_ai.provider.name`` and the older
@@ -52,16 +54,29 @@ exports synchronously, as each span ends).
 
 :func:`combine` fans one event stream out to several sinks, e.g.
 ``Runtime(event_sink=combine(JsonlSink("runs.jsonl"), OtelSink()))``.
+
+:class:`OtelEvalRecorder` records an eval's judgements (``tether.evals``): pass it
+as ``evaluate(..., on_result=OtelEvalRecorder())``. Each case run is a
+``tether.eval_case`` span (attributes ``tether.eval.case_id``,
+``tether.eval.repeat``, ``tether.eval.passed``, ``tether.eval.status``,
+``tether.run_id``, ``tether.termination``), current while the run starts: with an
+:class:`OtelSink` on the eval's Runtime, the run's ``invoke_agent`` span is its
+child. It carries one ``gen_ai.evaluation.result`` event per criterion, with the GenAI
+conventions' attributes: ``gen_ai.evaluation.name`` (the criterion, as the report
+names it), ``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.score.label``
+(``pass`` or ``fail``), ``gen_ai.evaluation.explanation`` (the judge's reason), and
+``error.type`` (``judge_error``) with the judge's error when the judge failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -79,8 +94,12 @@ except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check th
 from tether import events as ev
 from tether.runtime import EventSink, Termination, combine
 
+if TYPE_CHECKING:
+    from tether.evals import CaseResult
+
 __all__ = [
     "EventSink",
+    "OtelEvalRecorder",
     "OtelSink",
     "adopt_remote_parent",
     "combine",
@@ -291,6 +310,15 @@ class OtelSink:
                     "tether.mcp.server": event.server,
                     "tether.mcp.restarts": event.restarts,
                     "tether.error": event.error[-_MAX_DESCRIPTION:],
+                },
+                timestamp=at,
+            )
+        elif isinstance(event, ev.RunForked):
+            run.span.add_event(
+                "tether.run_forked",
+                {
+                    "tether.forked.from_run": event.from_run,
+                    "tether.forked.at_round": event.at_round,
                 },
                 timestamp=at,
             )
@@ -591,3 +619,107 @@ def _fail(span: Span, error_type: str, description: str) -> None:
         description = "…" + description[-_MAX_DESCRIPTION:]
     span.set_attribute("error.type", error_type)
     span.set_status(Status(StatusCode.ERROR, description))
+
+
+class OtelEvalRecorder:
+    """Records each evaluated case of ``tether.evals.evaluate`` as a span with one
+    ``gen_ai.evaluation.result`` event per criterion (see the module doc).
+
+    Use it as ``on_result``; ``tracer_provider`` defaults to the global one.
+    ``evaluate`` runs each case inside :meth:`case_context`: the case's span is
+    current while its run starts, so with an :class:`OtelSink` on the Runtime the
+    run's ``invoke_agent`` span is a child of the case's span, and the evaluation
+    events sit next to the operation they judge. A case whose run was stopped or
+    never started ends its span with an error (``tether.eval.status``). Like
+    :class:`OtelSink`, it never raises: a failure is logged once.
+    """
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._tracer: Tracer = trace.get_tracer(
+            "tether", _version(), tracer_provider=tracer_provider
+        )
+        self._failed = False
+        self._open: dict[tuple[str, int], Span] = {}
+
+    @contextlib.contextmanager
+    def case_context(self, case_id: str, repeat: int) -> Iterator[None]:
+        """The span of one case, current within the block; ended on leaving it."""
+        span = self._tracer.start_span(
+            "tether.eval_case",
+            kind=SpanKind.INTERNAL,
+            attributes={"tether.eval.case_id": case_id, "tether.eval.repeat": repeat},
+        )
+        key = (case_id, repeat)
+        self._open[key] = span
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                yield
+        finally:
+            if self._open.pop(key, None) is span:  # no result came: cancelled
+                _fail(span, "cancelled", "the case ended without a result")
+            span.end()
+
+    def __call__(self, result: CaseResult) -> None:
+        try:
+            self._record(result)
+        except Exception:
+            if not self._failed:
+                self._failed = True
+                _log.exception(
+                    "tether.otel: could not record the evaluation of case %s (reported once)",
+                    result.case_id,
+                )
+
+    def _record(self, result: CaseResult) -> None:
+        from tether.evals import criterion_key
+
+        span = self._open.pop((result.case_id, result.repeat), None)
+        owned = span is None  # called outside case_context: a span of its own
+        if result.status != "evaluated" and owned:
+            return
+        attributes: dict[str, Any] = {
+            "tether.eval.case_id": result.case_id,
+            "tether.eval.repeat": result.repeat,
+            "tether.eval.passed": result.passed,
+            "tether.eval.status": result.status,
+        }
+        if result.run_id:
+            attributes["tether.run_id"] = result.run_id
+        if result.termination:
+            attributes["tether.termination"] = result.termination
+        if span is None:
+            span = self._tracer.start_span(
+                "tether.eval_case", kind=SpanKind.INTERNAL, attributes=attributes
+            )
+        else:
+            span.set_attributes(attributes)
+        try:
+            for judge, judgement in result.judgements.items():
+                if judgement.error:
+                    span.add_event(
+                        "gen_ai.evaluation.result",
+                        {
+                            "gen_ai.evaluation.name": judge,
+                            "gen_ai.evaluation.score.label": "fail",
+                            "gen_ai.evaluation.explanation": judgement.error,
+                            "error.type": "judge_error",
+                        },
+                    )
+                for criterion, score in judgement.scores.items():
+                    failed = criterion in judgement.feedback or judgement.error is not None
+                    event: dict[str, Any] = {
+                        "gen_ai.evaluation.name": criterion_key(judge, criterion),
+                        "gen_ai.evaluation.score.value": float(score),
+                        "gen_ai.evaluation.score.label": "fail" if failed else "pass",
+                    }
+                    reason = judgement.reasons.get(criterion)
+                    if reason:
+                        event["gen_ai.evaluation.explanation"] = reason
+                    span.add_event("gen_ai.evaluation.result", event)
+            if result.status != "evaluated":
+                _fail(span, result.status, result.note or result.status)
+            elif not result.passed:
+                _fail(span, result.termination or "failed", "the case did not pass")
+        finally:
+            if owned:
+                span.end()

@@ -338,3 +338,55 @@ async def pydantic_types(provider: tether.providers.Provider) -> None:
         rt.start(agent, "q", deps=Db("sqlite://"))  # type: ignore[misc]
     assert_type(tether.RunResult.load({}, PTrip).output, PTrip | None)
     del wrong
+
+
+async def evals(provider: tether.providers.Provider) -> None:
+    from tether.evals import (
+        Case,
+        Comparison,
+        Contains,
+        Dataset,
+        EvalControl,
+        EvalReport,
+        ExactMatch,
+        LLMRubric,
+        evaluate,
+        render_html,
+    )
+
+    agent = tether.Agent(name="a", provider=provider)
+    dataset = Dataset([Case("q", expected="a"), Case("r", metadata={"k": 1}, id="r")])
+    rubric = LLMRubric(provider=provider, rubric={"correct": "agrees with the reference"})
+    report = await evaluate(
+        agent,
+        dataset,
+        judges=[ExactMatch(), Contains(), rubric, tether.RuleJudge({"ok": lambda c: True})],
+        concurrency=4,
+        repeat=2,
+        limits=tether.Limits(max_cost_usd=1.0),
+        control=EvalControl(),
+        on_result=lambda result: None,
+    )
+    assert_type(report, EvalReport)
+    assert_type(report.aggregates().pass_rate, float | None)
+    assert_type(report.compare(EvalReport.load("old.json")), Comparison)
+    assert_type(render_html(report), str)
+    await evaluate(agent, "cases.jsonl", judges={"exact": ExactMatch()})
+
+
+async def replay_and_fork(agent: tether.Agent, store: tether.SQLiteRunStore) -> None:
+    found = await tether.replay("runs.jsonl", agent, run_id="run-1", live_tools=False)
+    assert_type(found, tether.Replay)
+    assert_type(found.identical, bool)
+    divergence = found.divergence
+    if divergence is not None:
+        assert_type(divergence, tether.Divergence)
+        assert_type(divergence.round, int)
+        assert_type(divergence.stage, str | None)
+    from_store = await tether.replay(store, agent, run_id="run-1")
+    assert_type(from_store.result, tether.RunResult[Any])
+    async with tether.Runtime(store=store) as rt:
+        handle = await rt.fork("run-1", at_round=2, agent=agent)
+        assert_type(handle, tether.RunHandle[Any])
+    provider = tether.ReplayProvider("runs.jsonl", then=ScriptedProvider([]))
+    assert isinstance(provider, tether.providers.Provider)

@@ -147,8 +147,8 @@ class _Remote:
                         # block, or a stream that ended early): poll it.
                         await anyio.sleep(POLL_S)
                         found = await rpc.call("GetTask", pb.GetTaskRequest(id=state.task_id))
-                        task = json_format.ParseDict(found, pb.Task(), ignore_unknown_fields=True)
-                        state.take(pb.StreamResponse(task=task))
+                        now = json_format.ParseDict(found, pb.Task(), ignore_unknown_fields=True)
+                        state.take(pb.StreamResponse(task=now))
             except BaseException:
                 if state.task_id and not state.stopped:  # cancelled or failed mid-task
                     # Best effort: the call's own error (or cancellation) wins.

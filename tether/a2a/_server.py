@@ -318,6 +318,7 @@ class A2AServer:
         (opened by :meth:`_open` with deltas).
         """
         waiting = set(answered)
+        held = False
         if events is None:
             events = self._open(task_id, deltas=False)
         try:
@@ -330,7 +331,11 @@ class A2AServer:
                     if on_text is not None:
                         on_text(event.text)
                 elif isinstance(event, ApprovalRequested):
-                    return _Stop(held=True)
+                    if self.store is None:
+                        return _Stop(held=True)
+                    # A durable run parks in the store: follow it until it has left
+                    # (its events end), so that an answer or a cancel finds it parked.
+                    held = True
                 elif isinstance(event, RunFinished):
                     return _Stop(ending=tk.Ending.of(event))
         finally:
@@ -339,7 +344,7 @@ class A2AServer:
                 with anyio.CancelScope(shield=True):
                     await close()
         # The stream ended without RunFinished: a durable run parked (or moved on).
-        return _Stop(held=bool(await self._pending(task_id)))
+        return _Stop(held=held or bool(await self._pending(task_id)))
 
     async def get_task(self, task_id: str) -> pb.Task:
         context_id = tk.context_of(task_id)

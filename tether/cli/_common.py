@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import anyio
 
-from tether.runtime import JsonlSink, Termination, Usage
+from tether.runtime import JsonlSink, ListableRunStore, Termination, Usage
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -62,6 +62,7 @@ exit codes of 'tether run' (by termination class):
 every command:
   64  usage error: bad arguments, a module, attribute or file not found
   65  'tether trace': a line of the file is not a tether event
+'tether replay': 0 identical, 1 diverged
   130 interrupted (Ctrl-C)
 """
 
@@ -208,3 +209,32 @@ async def on_ctrl_c(cancel: Callable[[], None]) -> AsyncIterator[Interrupt]:
             yield interrupt
         finally:
             tg.cancel_scope.cancel()
+
+
+# ---------------------------------------------------------------- run stores
+
+
+def open_store(url: str, schema: str | None = None) -> ListableRunStore:
+    """The run store of ``--store URL``: ``postgresql://...`` (extra ``postgres``; in
+    ``schema`` when given), or a SQLite file: its path, or ``sqlite:///PATH`` as
+    SQLAlchemy writes it (``sqlite:///runs.db`` relative, ``sqlite:////srv/runs.db``
+    absolute). A store that is not there is a :class:`DataError`."""
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from tether.postgres import PostgresRunStore
+        except ImportError as exc:
+            raise UsageError(
+                f"a PostgreSQL store needs the 'postgres' extra: pip install 'tether[postgres]' "
+                f"({exc})"
+            ) from None
+        return PostgresRunStore(url) if schema is None else PostgresRunStore(url, schema=schema)
+    if schema is not None:
+        raise UsageError("--schema is for a PostgreSQL store (a postgresql:// URL)")
+    path = url.removeprefix("sqlite:///")
+    if "://" in path:
+        raise UsageError(f"--store: not a sqlite:/// path or postgresql:// DSN: {url!r}")
+    if not os.path.exists(path):
+        raise DataError(f"--store: no run store file at {path!r}")
+    from tether.runtime import SQLiteRunStore
+
+    return SQLiteRunStore(path)

@@ -1,8 +1,9 @@
 """The ``tether`` command line (``python -m tether``): the parser, ``main`` and shared output.
 
 The commands live next to it: ``demo`` in :mod:`tether.cli._demo_cmd`, ``ray-demo`` in
-:mod:`tether.cli._ray_demo`, ``run`` in
-:mod:`tether.cli._run_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`; what they share
+:mod:`tether.cli._ray_demo`, ``run`` in :mod:`tether.cli._run_cmd`, ``eval`` in
+:mod:`tether.cli._eval_cmd`, ``trace`` in :mod:`tether.cli._trace_cmd`, ``replay`` in
+:mod:`tether.cli._replay_cmd`, ``serve`` in :mod:`tether.cli._serve_cmd`; what they share
 (exit codes, errors, output helpers) in :mod:`tether.cli._common`.
 
 ``rich`` (the ``cli`` extra) draws the live view and the tables when stdout is
@@ -29,10 +30,39 @@ from tether.cli._common import (
     UsageError,
     _err,
 )
-from tether.cli._demo_cmd import _cmd_demo
-from tether.cli._ray_demo import _cmd_ray_demo
-from tether.cli._run_cmd import _cmd_run
-from tether.cli._trace_cmd import _cmd_trace
+
+# Each command's module is imported when that command runs: ``tether trace``
+# never loads the providers, ``--help`` loads none of them.
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tether.cli._demo_cmd import _cmd_demo as command
+
+    return command(args)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from tether.cli._eval_cmd import _cmd_eval as command
+
+    return command(args)
+
+
+def _cmd_ray_demo(args: argparse.Namespace) -> int:
+    from tether.cli._ray_demo import _cmd_ray_demo as command
+
+    return command(args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tether.cli._run_cmd import _cmd_run as command
+
+    return command(args)
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from tether.cli._trace_cmd import _cmd_trace as command
+
+    return command(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,6 +211,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_cmd_run)
 
+    evals = commands.add_parser(
+        "eval",
+        help="run an agent over a dataset, judge it, report (and compare)",
+        description=(
+            "Run AGENT (MODULE:AGENT, as 'tether run' takes it) on every case of DATASET "
+            "(.jsonl, or .yaml with PyYAML), judge each answer with every --judge, and show "
+            "a table: per case, its passes, termination, mean score per criterion, tokens, "
+            "cost and latency; then the pass rate, the mean scores, spend and p50/p95 "
+            "latency. --out writes the report as JSON, --html as a self-contained page with "
+            "a drill-down per case; --baseline compares with an earlier --out and flags the "
+            "cases that regressed. Ctrl-C stops the eval and keeps the partial report."
+        ),
+        epilog=(
+            "exit codes: 0 done (and the pass rate reached --min-pass); 1 the pass rate is "
+            "below --min-pass; 2 the budget (--max-cost, --max-tokens) stopped it before "
+            "the end; 64 usage error; 65 the dataset is not valid; 130 Ctrl-C"
+        ),
+    )
+    evals.add_argument("dataset", metavar="DATASET")
+    evals.add_argument("--agent", required=True, metavar="MODULE:AGENT")
+    evals.add_argument(
+        "--judge",
+        action="append",
+        metavar="JUDGE",
+        help="exact, contains, json (compare with each case's expected) or MODULE:ATTR "
+        "(a judge, or a list of them); repeat for several",
+    )
+    evals.add_argument("--concurrency", type=int, default=8, metavar="N", help="default: 8")
+    evals.add_argument("--repeat", type=int, default=1, metavar="K", help="runs per case")
+    evals.add_argument("--max-cost", type=float, metavar="USD", help="budget of the whole eval")
+    evals.add_argument("--max-tokens", type=int, metavar="N", help="budget of the whole eval")
+    evals.add_argument("--out", metavar="FILE.json", help="write the report as JSON")
+    evals.add_argument("--html", metavar="FILE.html", help="write the report as a web page")
+    evals.add_argument("--baseline", metavar="FILE.json", help="an earlier --out to compare")
+    evals.add_argument(
+        "--min-pass",
+        "--min",
+        type=float,
+        metavar="RATE",
+        help="exit 1 below this pass rate (0..1)",
+    )
+    evals.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    evals.add_argument("--plain", action="store_true", help="plain lines, no live view")
+    evals.set_defaults(handler=_cmd_eval)
+
     trace = commands.add_parser(
         "trace",
         help="show runs recorded by JsonlSink",
@@ -193,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--run", metavar="ID", help="only this run")
     trace.add_argument("--plain", action="store_true", help="plain lines, no rich table")
     trace.set_defaults(handler=_cmd_trace)
+    # The two commands that declare their own arguments; light modules (what they run
+    # is imported when they run).
+    from tether.cli._replay_cmd import add_parser as add_replay_parser
+    from tether.cli._serve_cmd import add_serve
+
+    add_replay_parser(commands)
+    add_serve(commands)
     return parser
 
 

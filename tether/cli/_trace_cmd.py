@@ -159,6 +159,8 @@ def describe(event: ev.Event) -> str:
         return f"{event.ceiling}: {event.used:g} of {event.limit:g}"
     if isinstance(event, ev.LessonStored):
         return event.lesson_id
+    if isinstance(event, ev.RunForked):
+        return f"forked from {event.from_run} after its round {event.at_round}; live from here"
     if isinstance(event, ev.RunFinished):
         usage = event.usage
         error = f" error: {_clip(event.error.strip().splitlines()[-1], 60)}" if event.error else ""

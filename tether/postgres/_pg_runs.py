@@ -71,12 +71,15 @@ from tether.runtime import (
 
 from ._pg import DEFAULT_SCHEMA, MAX_CONNECTIONS, PostgresDatabase
 from ._pg_listen import Listener, ListenerSlot
+from ._pg_listing import RUNS_V3 as _RUNS_V3
+from ._pg_listing import PostgresRunListing
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
 
 #: The run tables' schema version (``tether_versions``, component ``runs``): 2 added
-#: the lease epoch (version-1 tables are migrated on first use; their runs get epoch 0).
-RUNS_SCHEMA_VERSION = 2
+#: the lease epoch (version-1 tables are migrated on first use; their runs get epoch 0),
+#: 3 the listing's indexes (:meth:`PostgresRunStore.list_runs`).
+RUNS_SCHEMA_VERSION = 3
 
 _RUNS_V1 = (
     """
@@ -182,7 +185,7 @@ def _refuse(
     raise LeaseLost(f"{owner!r} no longer owns run {run_id!r}: {why}")
 
 
-class PostgresRunStore(PostgresDatabase):
+class PostgresRunStore(PostgresRunListing):
     """The run store for many machines: PostgreSQL, with LISTEN/NOTIFY for followers.
 
     ``PostgresRunStore(dsn, schema="tether")``; see the module docstring for
@@ -197,7 +200,7 @@ class PostgresRunStore(PostgresDatabase):
     transient_error = RunStoreUnavailable
     component = "runs"
     schema_version = RUNS_SCHEMA_VERSION
-    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1, 1: _RUNS_V2}
+    migrations: ClassVar[Mapping[int, Sequence[str]]] = {0: _RUNS_V1, 1: _RUNS_V2, 2: _RUNS_V3}
     tables = frozenset({"runs", "run_events", "run_tools"})
 
     def __init__(

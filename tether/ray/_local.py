@@ -18,6 +18,7 @@ Two facts of Ray shape this:
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from collections.abc import Callable
 
@@ -25,6 +26,13 @@ import anyio
 
 #: How long the exit of an interrupted process waits for the cluster to stop.
 EXIT_WAIT_S = 60.0
+
+
+def _not_sigterm_warning(record: logging.LogRecord) -> bool:
+    """Drop Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM
+    handler: that is this module's design (the process's own SIGTERM handling is
+    left as the application set it), not a fault worth a line on every start."""
+    return not record.getMessage().startswith("SIGTERM handler is not set")
 
 
 class LocalCluster:
@@ -38,11 +46,15 @@ class LocalCluster:
         self._thread = threading.Thread(target=self._main, name="tether-ray-cluster", daemon=True)
 
     def _main(self) -> None:
+        ray_worker = logging.getLogger("ray._private.worker")
+        ray_worker.addFilter(_not_sigterm_warning)
         try:
             self._init()
         except BaseException as exc:
             self._error = exc
             return
+        finally:
+            ray_worker.removeFilter(_not_sigterm_warning)
         self._ready = True
         self._stop.wait()
         self._shutdown()
