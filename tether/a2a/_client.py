@@ -160,7 +160,12 @@ class _Remote:
                         await rpc.call("CancelTask", pb.CancelTaskRequest(id=state.task_id))
                 raise
             if state.held and state.task_id:  # nobody here can answer it: end it
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5), _mapped(self.url):
+                # Best effort: the model is told either way.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(5),
+                    contextlib.suppress(Exception),
+                ):
                     await rpc.call("CancelTask", pb.CancelTaskRequest(id=state.task_id))
             return state.output(self.url)
 
