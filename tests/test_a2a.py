@@ -368,6 +368,21 @@ async def test_a2a_agent_streams_and_charges_the_remote_usage(anyio_backend: str
     )
 
 
+async def test_a2a_agent_usage_counts_in_the_runtime_budget(anyio_backend: str) -> None:
+    """The remote's usage is charged to the caller's Runtime-wide budget too."""
+    async with (
+        tether.Runtime() as server_rt,
+        served(answering(), server_rt, anyio_backend) as url,
+        tether.Runtime(limits=tether.Limits(max_total_tokens=100_000)) as rt,
+    ):
+        result = await rt.run(delegating(A2AAgent(url)), "go")
+        budget = rt.budget
+    assert budget is not None
+    remote = [e for e in result.events if isinstance(e, ev.UsageCharged) and e.source == "subagent"]
+    assert remote[0].output_tokens > 0
+    assert budget.tokens == result.usage.input_tokens + result.usage.output_tokens
+
+
 async def test_a2a_agent_usage_counts_against_the_callers_limits(anyio_backend: str) -> None:
     """The remote's tokens cross the caller's token ceiling: the caller ends token_ceiling."""
     async with tether.Runtime() as server_rt, served(answering(), server_rt, anyio_backend) as url:
