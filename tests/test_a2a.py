@@ -79,6 +79,7 @@ async def served_app(app: Any, url: str, backend: str) -> AsyncIterator[None]:
             config = Config()
             config.bind = [f"127.0.0.1:{port}"]
             config.loglevel = "WARNING"
+            config.graceful_timeout = 0.2  # a hanging fake server's requests end at once
             done = anyio.Event()
             tg.start_soon(lambda: hyper(app, config, shutdown_trigger=done.wait))  # type: ignore[arg-type]
             for _ in range(500):
