@@ -17,6 +17,7 @@ from ._actor import supervise as supervise
 from ._channel import ReplyChannel as ReplyChannel
 from ._context import ChildRunner as ChildRunner
 from ._context import DepsT as DepsT
+from ._context import OutputSink as OutputSink
 from ._context import RunContext as RunContext
 from ._context import ToolContext as ToolContext
 from ._context import ToolOutput as ToolOutput
@@ -67,6 +68,7 @@ __all__ = [
     "FatalToolError",
     "Judge",
     "Judgement",
+    "OutputSink",
     "RestartPolicy",
     "RuleJudge",
     "RunContext",

@@ -38,6 +38,16 @@ class ChildRunner(Protocol):
     async def __call__(self, agent: object, task: str, /) -> ToolOutput: ...
 
 
+class OutputSink(Protocol):
+    """Where a tool call's streamed output goes: ``(call_id, text)``, never blocking.
+
+    The Runtime hands one to every tool call (:attr:`RunContext.output_sink`);
+    a tool streams through :meth:`RunContext.emit_output`.
+    """
+
+    def __call__(self, call_id: str, text: str, /) -> None: ...
+
+
 @attrs.frozen(kw_only=True)
 class ToolOutput:
     """A tool result that carries more than its text.
@@ -80,6 +90,18 @@ class RunContext(Generic[DepsT_co]):
     #: with a run store); ``None`` otherwise. It grows each time another owner
     #: claims the run.
     epoch: int | None = None
+    #: Takes the call's streamed output (``None`` outside a Runtime): see :meth:`emit_output`.
+    output_sink: OutputSink | None = attrs.field(default=None, eq=False, repr=False)
+
+    def emit_output(self, text: str) -> None:
+        """Stream a piece of this tool call's output to the run's readers of deltas, live.
+
+        It becomes a ``ToolOutputDelta`` (live only, as a ``TextDelta`` is; the
+        call's result is still what the tool returns). Never blocks; nothing
+        happens when nobody reads deltas, or outside a Runtime.
+        """
+        if self.output_sink is not None and text:
+            self.output_sink(self.call_id, text)
 
     @property
     def idempotency_key(self) -> str:
@@ -114,6 +136,7 @@ def current_tool_context() -> RunContext[Any] | None:
 __all__ = [
     "ChildRunner",
     "DepsT",
+    "OutputSink",
     "RunContext",
     "ToolContext",
     "ToolOutput",

@@ -267,6 +267,7 @@ class ToolActor:
                 remaining_tokens=context.remaining_tokens,
                 remaining_cost_usd=context.remaining_cost_usd,
                 epoch=context.epoch,
+                output_sink=context.output_sink,
             )
         token = _CONTEXT.set(context)
         try:

@@ -101,6 +101,7 @@ from ._events import TextDelta as TextDelta
 from ._events import ToolCallDelta as ToolCallDelta
 from ._events import ToolCallFinished as ToolCallFinished
 from ._events import ToolCallStarted as ToolCallStarted
+from ._events import ToolOutputDelta as ToolOutputDelta
 from ._events import Transition as Transition
 from ._events import UsageCharged as UsageCharged
 from ._events import dump as dump_event
@@ -308,6 +309,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolFilter",
+    "ToolOutputDelta",
     "ToolRecord",
     "Toolset",
     "ToolsetSession",

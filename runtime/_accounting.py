@@ -383,12 +383,14 @@ class Accounts:
         self.record("judge", usage, cost)
 
     def charge_child(self, output: ToolOutput) -> None:
-        """Charge what a sub-agent's run spent to this run.
+        """Charge what a sub-agent's run (or a remote agent) spent to this run.
 
-        The child run already charged the Runtime's budget itself, so only the
-        run's own budget is charged here.
+        A child run here already charged the Runtime's budget itself, so only the
+        run's own budget is charged for it; usage a tool reports without a child
+        run (a remote A2A agent's) is charged to the Runtime's budget too.
         """
         if output.input_tokens or output.output_tokens or output.cost_usd:
-            self.add(output.input_tokens, output.output_tokens, output.cost_usd, shared=False)
+            shared = output.child_run_id is None
+            self.add(output.input_tokens, output.output_tokens, output.cost_usd, shared=shared)
             usage = TokenUsage(input_tokens=output.input_tokens, output_tokens=output.output_tokens)
             self.record("subagent", usage, output.cost_usd)

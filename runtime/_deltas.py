@@ -25,7 +25,7 @@ import attrs
 
 import tether.runtime._events as ev
 
-Delta = ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta
+Delta = ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta | ev.ToolOutputDelta
 
 
 class Pending:
@@ -49,6 +49,8 @@ class Pending:
                 and delta.call_index == first.call_index
                 and delta.attempt == first.attempt
             )
+        if isinstance(first, ev.ToolOutputDelta):
+            return isinstance(delta, ev.ToolOutputDelta) and delta.call_id == first.call_id
         return (
             isinstance(delta, ev.ToolCallDelta)
             and delta.call_id == first.call_id
@@ -64,7 +66,7 @@ class Pending:
         if self.parts is None:
             return self.first
         joined = "".join(self.parts)
-        if isinstance(self.first, ev.TextDelta | ev.ReasoningDelta):
+        if isinstance(self.first, ev.TextDelta | ev.ReasoningDelta | ev.ToolOutputDelta):
             return attrs.evolve(self.first, text=joined)
         return attrs.evolve(self.first, arguments_delta=joined)
 

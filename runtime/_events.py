@@ -349,8 +349,19 @@ class ReasoningDelta(Event):
     attempt: int = 1
 
 
+@attrs.frozen(kw_only=True)
+class ToolOutputDelta(Event):
+    """A piece of a tool call's output as the tool streams it (``RunContext.emit_output``:
+    a remote A2A agent's text, say). Live only, as :class:`TextDelta` is; the call's
+    result is in its ``ToolCallFinished``."""
+
+    call_id: str
+    name: str
+    text: str
+
+
 #: The live-only events: never kept, never replayed.
-DELTA_TYPES = (TextDelta, ToolCallDelta, ReasoningDelta)
+DELTA_TYPES = (TextDelta, ToolCallDelta, ReasoningDelta, ToolOutputDelta)
 
 
 @attrs.frozen(kw_only=True)
@@ -428,6 +439,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TextDelta,
         ToolCallDelta,
         ReasoningDelta,
+        ToolOutputDelta,
     )
 }
 

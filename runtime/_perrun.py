@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from tether.actors import ChildRunner, RunContext
+from tether.actors import ChildRunner, OutputSink, RunContext
 from tether.providers import ModelSettings
 
 from ._agent import Agent, check_for
@@ -89,7 +89,11 @@ class PerRun:
         self._accounts = accounts
 
     def context(
-        self, call_id: str = "", run_child: ChildRunner | None = None, epoch: int | None = None
+        self,
+        call_id: str = "",
+        run_child: ChildRunner | None = None,
+        epoch: int | None = None,
+        output_sink: OutputSink | None = None,
     ) -> RunContext[Any]:
         """A context for a tool round (``call_id`` is set per call; ``epoch``: a durable
         run's lease epoch), a policy or a judge."""
@@ -102,4 +106,5 @@ class PerRun:
             remaining_tokens=tokens,
             remaining_cost_usd=cost,
             epoch=epoch,
+            output_sink=output_sink,
         )

@@ -37,7 +37,9 @@ class RuntimeServices:
         new_run_id: Callable[[], str],
         budget_spent: Callable[[str, Hit], None],
         run_finished: Callable[[str], None],
-        delta_sink: Callable[[ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta], object]
+        delta_sink: Callable[
+            [ev.TextDelta | ev.ToolCallDelta | ev.ReasoningDelta | ev.ToolOutputDelta], object
+        ]
         | None = None,
     ) -> None:
         self.http = HttpPool()

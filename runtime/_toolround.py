@@ -390,7 +390,9 @@ class ToolRound:
         recorder = self._recorder  # a durable run's: its epoch, and its fence
         epoch = None if recorder is None else recorder.epoch
         if self._per_run is not None:
-            context = self._per_run.context(call_id, run_child=self._run_child, epoch=epoch)
+            context = self._per_run.context(
+                call_id, run_child=self._run_child, epoch=epoch, output_sink=self._stream_output
+            )
         else:
             tokens, cost = accounts.remaining()
             context = RunContext(
@@ -400,6 +402,7 @@ class ToolRound:
                 remaining_tokens=tokens,
                 remaining_cost_usd=cost,
                 epoch=epoch,
+                output_sink=self._stream_output,
             )
         gone: ActorCrashed | None = None
         try:
@@ -452,6 +455,21 @@ class ToolRound:
             why = f"the tools actor gave up after repeated crashes:\n{gone.traceback}"
             return Decision.end(Termination.CRASHED, why)
         return done
+
+    def _stream_output(self, call_id: str, text: str) -> None:
+        """A tool call's streamed output, to the run's delta readers (``emit_output``)."""
+        trail = self._trail
+        if not trail.streaming:  # nobody reads deltas: none is built
+            return
+        call = self._in_flight.get(call_id)
+        trail.delta(
+            ev.ToolOutputDelta(
+                **trail.delta_head(),
+                call_id=call_id,
+                name="" if call is None else call.name,
+                text=text,
+            )
+        )
 
     # ----------------------------------------------------------------- pairing
 

@@ -321,6 +321,7 @@ EXAMPLES: list[ev.Event] = [
     ev.TextDelta(**BASE, text="par", call_index=0, attempt=2),
     ev.ToolCallDelta(**BASE, call_id="t1", name="add", arguments_delta='{"a": ', call_index=1),
     ev.ReasoningDelta(**BASE, text="First, add.", call_index=0, attempt=2),
+    ev.ToolOutputDelta(**BASE, call_id="t1", name="oracle", text="The answer"),
 ]
 
 

@@ -14,6 +14,7 @@ import tether
 
 #: module → (the packages its extra brings, hidden here, and the extra's name).
 EXTRAS = {
+    "tether.a2a": (("a2a",), "a2a"),
     "tether.mcp": (("mcp", "mcp_types", "httpx2"), "mcp"),
     "tether.postgres": (("psycopg", "psycopg_pool"), "postgres"),
     "tether.ray": (("ray",), "ray"),

@@ -340,3 +340,45 @@ async def test_a_blocked_delta_sink_gets_the_text_joined_and_every_event() -> No
         assert "".join(t.text for t in texts if t.call_index == index) == text
     arguments = "".join(d.arguments_delta for d in of(sink.events, ev.ToolCallDelta))
     assert json.loads(arguments) == {"a": 2, "b": 3}
+
+
+@tether.tool
+async def narrate(ctx: tether.RunContext, topic: str) -> str:
+    """Stream a little about a topic, then return it whole."""
+    for piece in ("once ", "upon ", topic):
+        ctx.emit_output(piece)
+        await anyio.lowlevel.checkpoint()
+    return f"once upon {topic}"
+
+
+def narrator() -> tether.Agent:
+    provider = ScriptedProvider(
+        [
+            Reply(tool_calls=[ToolCall(name="narrate", arguments={"topic": "a time"})]),
+            Reply(text="ok"),
+        ]
+    )
+    return tether.Agent(name="narrator", provider=provider, tools=[narrate])
+
+
+async def test_a_tool_streams_its_output_as_tool_output_deltas() -> None:
+    """RunContext.emit_output reaches delta readers as ToolOutputDelta (with the call's
+    id and tool name), in order and whole, and is never kept in the trail."""
+    async with tether.Runtime() as rt:
+        handle = rt.start(narrator(), "go")
+        seen = [e async for e in handle.events(deltas=True)]
+        result = await handle.result()
+    deltas = [e for e in seen if isinstance(e, ev.ToolOutputDelta)]
+    [started] = of(result.events, ev.ToolCallStarted)
+    assert {(d.call_id, d.name) for d in deltas} == {(started.call_id, "narrate")}
+    assert "".join(d.text for d in deltas) == "once upon a time"
+    assert not any(isinstance(e, ev.ToolOutputDelta) for e in result.events)
+    assert_consistent(result)
+
+
+async def test_tool_output_deltas_cost_nothing_unread() -> None:
+    """Nobody reads deltas: emit_output builds none and the run is as without it."""
+    async with tether.Runtime() as rt:
+        result = await rt.run(narrator(), "go")
+    assert result.ok
+    assert not any(isinstance(e, ev.ToolOutputDelta) for e in result.events)

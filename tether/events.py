@@ -35,6 +35,7 @@ from tether.runtime import TextDelta as TextDelta
 from tether.runtime import ToolCallDelta as ToolCallDelta
 from tether.runtime import ToolCallFinished as ToolCallFinished
 from tether.runtime import ToolCallStarted as ToolCallStarted
+from tether.runtime import ToolOutputDelta as ToolOutputDelta
 from tether.runtime import Transition as Transition
 from tether.runtime import UsageCharged as UsageCharged
 from tether.runtime import dump_event as dump
@@ -77,6 +78,7 @@ __all__ = [  # noqa: RUF022  (plain sorted())
     "ToolCallDelta",
     "ToolCallFinished",
     "ToolCallStarted",
+    "ToolOutputDelta",
     "Transition",
     "UsageCharged",
     "dump",

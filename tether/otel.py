@@ -75,7 +75,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +83,9 @@ import attrs
 
 try:
     from opentelemetry import trace
+    from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # tests/test_otel.py hides opentelemetry to check this
     raise ImportError(
         "tether.otel needs OpenTelemetry: install the extra with "
@@ -96,7 +98,16 @@ from tether.runtime import EventSink, Termination, combine
 if TYPE_CHECKING:
     from tether.evals import CaseResult
 
-__all__ = ["EventSink", "OtelEvalRecorder", "OtelSink", "combine", "tool_call_span"]
+__all__ = [
+    "EventSink",
+    "OtelEvalRecorder",
+    "OtelSink",
+    "adopt_remote_parent",
+    "combine",
+    "tool_call_span",
+    "traceparent_headers",
+    "tracing",
+]
 
 #: What ``Runtime(event_sink=...)`` takes: a callable of one event.
 
@@ -338,7 +349,7 @@ class OtelSink:
             attributes["tether.parent_run_id"] = event.parent_run_id
         if self.capture_content:
             attributes["tether.input"] = event.input
-        parent_ctx = None
+        parent_ctx = _REMOTE_PARENTS.pop(event.run_id, None)  # a caller over A2A
         parent = self._runs.get(event.parent_run_id) if event.parent_run_id else None
         if parent is not None:
             # A sub-agent runs inside one of its parent's tool calls.
@@ -565,8 +576,57 @@ class OtelSink:
             run.round = None
 
 
-#: The sinks alive in this process, for :func:`tool_call_span`.
+# ------------------------------------------------- trace context across processes
+
+#: The sinks alive in this process (weakly), for :func:`tool_call_span`,
+#: :func:`traceparent_headers` and :func:`tracing`.
 _SINKS: weakref.WeakSet[OtelSink] = weakref.WeakSet()
+#: Remote parents of runs about to start, by run id (:func:`adopt_remote_parent`).
+_REMOTE_PARENTS: dict[str, Context] = {}
+#: Remote parents kept for runs that never started, at most.
+_MAX_REMOTE_PARENTS = 10_000
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def tracing() -> bool:
+    """Whether an :class:`OtelSink` is alive in this process."""
+    return bool(_SINKS)
+
+
+def adopt_remote_parent(run_id: str, carrier: Mapping[str, str]) -> None:
+    """Make the span that ``carrier``'s W3C ``traceparent`` names the parent of run
+    ``run_id``'s ``invoke_agent`` span (call it before the run starts).
+
+    ``tether.a2a.serve`` calls it with a request's headers: a remote caller's tool
+    call and the run it asked for are one trace. A malformed ``traceparent`` is ignored.
+    """
+    context = _PROPAGATOR.extract(dict(carrier))
+    if not trace.get_current_span(context).get_span_context().is_valid:
+        return
+    if len(_REMOTE_PARENTS) >= _MAX_REMOTE_PARENTS:
+        _REMOTE_PARENTS.pop(next(iter(_REMOTE_PARENTS)))
+    _REMOTE_PARENTS[run_id] = context
+
+
+def traceparent_headers(run_id: str, call_id: str, *, fallback: bool = True) -> dict[str, str]:
+    """The W3C trace context (``traceparent``, ``tracestate``) of tool call ``call_id``'s
+    ``execute_tool`` span in run ``run_id``, for a request that call makes; with
+    ``fallback``, the run's span if the sink has not opened the call's yet; ``{}``
+    if no sink has it (a sink works in a thread of its own: it may be behind).
+
+    ``tether.a2a.A2AAgent`` sends it with its requests.
+    """
+    for sink in list(_SINKS):
+        run = sink._runs.get(run_id)
+        if run is None:
+            continue
+        span = run.tools.get(call_id) or (run.span if fallback else None)
+        if span is None:
+            return {}
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+    return {}
 
 
 #: Signalled when a sink opens a tool call's span, for threads in :func:`tool_call_span`.
