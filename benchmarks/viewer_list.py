@@ -4,9 +4,10 @@
 
 Fills a SQLite run store with ``--runs`` finished runs (rows written directly
 through the store's own methods: create, then finish with a result), then times
-``GET /`` (the first page of 50), a filtered page and the page after 100 pages
-of cursors, through the ASGI app in process (httpx's ASGI transport: server time,
-no network). Prints the median and the worst of ``--repeat`` requests each.
+``GET /`` (the first page of 50), filtered pages, the page after 100 pages
+of cursors, and pages sorted by tokens or duration (the first, and the 101st),
+through the ASGI app in process (httpx's ASGI transport: server time, no
+network). Prints the median and the worst of ``--repeat`` requests each.
 ``--pg DSN`` does the same on ``tether.postgres.PostgresRunStore`` (in a schema of
 its own, dropped afterwards).
 """
@@ -91,12 +92,20 @@ async def bench(store: Any, runs: int, repeat: int) -> None:
             assert page.next is not None
             page = await store.list_runs(after=page.next)
         deep = f"/?after={page.next}"
+        page = await store.list_runs(sort="tokens")
+        for _ in range(100):
+            assert page.next is not None
+            page = await store.list_runs(sort="tokens", after=page.next)
+        deep_tokens = f"/?sort=tokens&after={page.next}"
         for label, url in (
             ("first page", "/"),
             ("agent=writer", "/?agent=writer"),
             ("termination=max_steps", "/?termination=max_steps"),
             ("status=finished, oldest", "/?status=finished&order=oldest"),
             ("page 101 (keyset)", deep),
+            ("sort=tokens", "/?sort=tokens"),
+            ("sort=duration, oldest", "/?sort=duration&order=oldest"),
+            ("sort=tokens, page 101", deep_tokens),
         ):
             median, worst = await timed(client, url, repeat)
             print(f"{label:26} median {median:6.1f} ms   worst {worst:6.1f} ms")

@@ -137,13 +137,17 @@ from ._result import RunResult as RunResult
 from ._result import summarize as summarize
 from ._runlist import MAX_PAGE as MAX_PAGE
 from ._runlist import RUN_STATUSES as RUN_STATUSES
+from ._runlist import SORTS as SORTS
 from ._runlist import ListableRunStore as ListableRunStore
 from ._runlist import Order as Order
 from ._runlist import RunPage as RunPage
 from ._runlist import RunSummary as RunSummary
+from ._runlist import Sort as Sort
 from ._runlist import check_listing as check_listing
 from ._runlist import listing_sql as listing_sql
+from ._runlist import page_in_memory as page_in_memory
 from ._runlist import page_of as page_of
+from ._runlist import sort_value as sort_value
 from ._runlist import summary_of as summary_of
 from ._runlist import summary_of_row as summary_of_row
 from ._runstore import JSON as JSON
@@ -286,6 +290,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "RuntimeClosed",
     "RuntimeHooks",
     "RuntimeLike",
+    "SORTS",
     "SQLiteConversationStore",
     "SQLiteLessonStore",
     "SQLiteRunStore",
@@ -293,6 +298,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "SinkStatus",
     "SliceStatistics",
     "SlicedBudget",
+    "Sort",
     "Spent",
     "StageEntered",
     "StageExited",
@@ -329,11 +335,13 @@ __all__ = [  # noqa: RUF022  (plain sorted(), which tests/test_api.py checks)
     "estimate_tokens",
     "listing_sql",
     "load_event",
+    "page_in_memory",
     "page_of",
     "read_trail",
     "renewal_epochs",
     "replay",
     "run_of_row",
+    "sort_value",
     "store_trail",
     "stored_result",
     "summarize",

@@ -2,12 +2,16 @@
 
 :class:`ListableRunStore` is the listing part of the run store protocol:
 :meth:`~ListableRunStore.list_runs` returns one :class:`RunPage` of
-:class:`RunSummary` rows, filtered and ordered by the time each run started,
-with **keyset pagination**: a page ends with an opaque :attr:`RunPage.next`
-cursor (the last row's ``(created_at, run_id)``), and the next page is the
-rows strictly after it in the same order. A page costs the same however deep
-it is (no ``OFFSET``): the SQL stores keep an index per filter that matches
-the order (``created_at, run_id``; ``agent, ...``; ``status, ...``).
+:class:`RunSummary` rows, filtered and sorted (by the time each run started,
+or by its duration, tokens, cost or rounds), with **keyset pagination**: a
+page ends with an opaque :attr:`RunPage.next` cursor (the last row's sort
+value and run id), and the next page is the rows strictly after it in the
+same order. A page costs the same however deep it is (no ``OFFSET``): the SQL
+stores keep an index per filter that matches the order by start
+(``created_at, run_id``; ``agent, ...``; ``status, ...``); the other sorts
+read the counts out of each matching row (a scan: about 10 ms per 10,000 runs
+on SQLite, ``benchmarks/viewer_list.py``). A value not known yet (a run still
+running has no duration) sorts as -1: last when descending.
 
 It is a protocol of its own, beside :class:`~._runstore.RunStore`, so that a
 store written before it (or a wrapper around one) is still a ``RunStore``:
@@ -36,7 +40,12 @@ RUN_STATUSES: tuple[str, ...] = ("running", "parked", "ready", "finished")
 #: The largest page :meth:`ListableRunStore.list_runs` returns.
 MAX_PAGE = 500
 
+#: ``newest``: descending (the latest start, the longest, the most tokens first);
+#: ``oldest``: ascending.
 Order = Literal["newest", "oldest"]
+#: What a listing sorts by: the start, or the summary's duration, tokens, cost, rounds.
+Sort = Literal["started", "duration", "tokens", "cost", "rounds"]
+SORTS: tuple[str, ...] = ("started", "duration", "tokens", "cost", "rounds")
 
 
 @attrs.frozen(kw_only=True)
@@ -99,21 +108,25 @@ class ListableRunStore(RunStore, Protocol):
         order: Order = "newest",
         after: str | None = None,
         limit: int = 50,
+        sort: Sort = "started",
     ) -> RunPage:
-        """Up to ``limit`` runs (1 to :data:`MAX_PAGE`) in order of their start
-        (``newest`` first, or ``oldest``; ties by run id), with every filter given:
-        of ``agent``, with ``status``, ended with ``termination``, started at or
-        after ``since`` and before ``until``. ``after``: a :attr:`RunPage.next`
-        cursor of the same query (the page after it). A ``ValueError`` for a bad
-        status, order, limit or cursor.
+        """Up to ``limit`` runs (1 to :data:`MAX_PAGE`) sorted by ``sort`` (their
+        start, duration, tokens, cost or rounds; ``newest`` descending, ``oldest``
+        ascending; ties by run id), with every filter given: of ``agent``, with
+        ``status``, ended with ``termination``, started at or after ``since`` and
+        before ``until``. ``after``: a :attr:`RunPage.next` cursor of the same
+        query (the page after it). A ``ValueError`` for a bad status, order, sort,
+        limit or cursor.
         """
         ...
 
 
 def check_listing(
-    *, status: str | None, order: str, limit: int, after: str | None
+    *, status: str | None, order: str, limit: int, after: str | None, sort: str = "started"
 ) -> tuple[float, str] | None:
     """Validate :meth:`~ListableRunStore.list_runs`' arguments; the decoded cursor."""
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}; got {sort!r}")
     if status is not None and status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}; got {status!r}")
     if order not in ("newest", "oldest"):
@@ -143,10 +156,25 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     return float(created_at), run_id
 
 
+def sort_value(summary: RunSummary, sort: str) -> float:
+    """The value a listing sorts ``summary`` by (-1 where it is not known yet); the SQL
+    stores compute the same in SQL (their ``sort_expr``), and a cursor carries it."""
+    if sort == "started":
+        return summary.created_at
+    known = {
+        "duration": summary.duration_s,
+        "tokens": summary.tokens,
+        "cost": summary.cost_usd,
+        "rounds": summary.rounds,
+    }[sort]
+    return -1.0 if known is None else float(known)
+
+
 def listing_sql(
     *,
     placeholder: str,
     termination_expr: str,
+    sort_expr: str = "created_at",
     agent: str | None,
     status: str | None,
     termination: str | None,
@@ -178,25 +206,62 @@ def listing_sql(
         args.append(float(until))
     direction = "DESC" if order == "newest" else "ASC"
     if cursor is not None:
-        where.append(f"(created_at, run_id) {'<' if order == 'newest' else '>'} ({p}, {p})")
+        where.append(f"({sort_expr}, run_id) {'<' if order == 'newest' else '>'} ({p}, {p})")
         args.extend(cursor)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     args.append(limit + 1)
     return (
-        f"{clause} ORDER BY created_at {direction}, run_id {direction} LIMIT {p}",
+        f"{clause} ORDER BY {sort_expr} {direction}, run_id {direction} LIMIT {p}",
         args,
     )
 
 
-def page_of(rows: Sequence[RunSummary], limit: int) -> RunPage:
+def page_of(rows: Sequence[RunSummary], limit: int, sort: str = "started") -> RunPage:
     """A page of the first ``limit`` of ``rows`` (``limit + 1`` were asked for)."""
     shown = tuple(rows[:limit])
     more = len(rows) > limit
     last = shown[-1] if shown else None
     return RunPage(
         runs=shown,
-        next=encode_cursor(last.created_at, last.run_id) if more and last is not None else None,
+        next=encode_cursor(sort_value(last, sort), last.run_id)
+        if more and last is not None
+        else None,
     )
+
+
+def page_in_memory(
+    summaries: Sequence[RunSummary],
+    *,
+    agent: str | None = None,
+    status: str | None = None,
+    termination: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    order: Order = "newest",
+    after: str | None = None,
+    limit: int = 50,
+    sort: Sort = "started",
+) -> RunPage:
+    """:meth:`ListableRunStore.list_runs` over summaries held in memory (a scan): for a
+    store or a trace that keeps no index."""
+    cursor = check_listing(status=status, order=order, limit=limit, after=after, sort=sort)
+    newest = order == "newest"
+    keyed = sorted(
+        ((sort_value(s, sort), s.run_id, s) for s in summaries),
+        key=lambda row: row[:2],
+        reverse=newest,
+    )
+    chosen = [
+        s
+        for value, run_id, s in keyed
+        if (agent is None or s.agent == agent)
+        and (status is None or s.status == status)
+        and (termination is None or s.termination == termination)
+        and (since is None or s.created_at >= since)
+        and (until is None or s.created_at < until)
+        and (cursor is None or ((value, run_id) < cursor if newest else (value, run_id) > cursor))
+    ]
+    return page_of(chosen[: limit + 1], limit, sort)
 
 
 def summary_of(
@@ -260,15 +325,19 @@ def _int(value: Any) -> int | None:
 __all__ = [
     "MAX_PAGE",
     "RUN_STATUSES",
+    "SORTS",
     "ListableRunStore",
     "Order",
     "RunPage",
     "RunSummary",
+    "Sort",
     "check_listing",
     "decode_cursor",
     "encode_cursor",
     "listing_sql",
+    "page_in_memory",
     "page_of",
+    "sort_value",
     "summary_of",
     "summary_of_row",
 ]

@@ -39,6 +39,7 @@ from ._runlist import (
     Order,
     RunPage,
     RunSummary,
+    Sort,
     check_listing,
     listing_sql,
     page_of,
@@ -148,6 +149,27 @@ _SUMMARY = (
         for key in ("steps", "input_tokens", "output_tokens", "cost_usd", "unpriced")
     )
 )
+
+
+def _usage(key: str) -> str:
+    return f"json_extract(COALESCE(result, checkpoint), '$.usage.{key}')"
+
+
+#: What a listing sorts by, in SQL (as :func:`~._runlist.sort_value` computes it).
+_SORT_BY = {
+    "started": "created_at",
+    "duration": "(CASE WHEN status = 'finished' THEN updated_at - created_at ELSE -1.0 END)",
+    "tokens": (
+        f"(CASE WHEN {_usage('input_tokens')} IS NULL AND {_usage('output_tokens')} IS NULL "
+        f"THEN -1.0 ELSE COALESCE({_usage('input_tokens')}, 0) "
+        f"+ COALESCE({_usage('output_tokens')}, 0) END)"
+    ),
+    "cost": (
+        f"(CASE WHEN COALESCE({_usage('unpriced')}, 0) THEN -1.0 "
+        f"ELSE COALESCE({_usage('cost_usd')}, -1.0) END)"
+    ),
+    "rounds": f"COALESCE({_usage('steps')}, -1.0)",
+}
 
 _TO_V2 = ("ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",)
 
@@ -588,12 +610,14 @@ class SQLiteRunStore(SQLiteFile):
         order: Order = "newest",
         after: str | None = None,
         limit: int = 50,
+        sort: Sort = "started",
     ) -> RunPage:
         """See :meth:`tether.runtime.ListableRunStore.list_runs`."""
-        cursor = check_listing(status=status, order=order, limit=limit, after=after)
+        cursor = check_listing(status=status, order=order, limit=limit, after=after, sort=sort)
         tail, args = listing_sql(
             placeholder="?",
             termination_expr=_TERMINATION,
+            sort_expr=_SORT_BY[sort],
             agent=agent,
             status=status,
             termination=termination,
@@ -608,7 +632,7 @@ class SQLiteRunStore(SQLiteFile):
             rows = conn.execute(f"SELECT {_SUMMARY} FROM runs{tail}", args).fetchall()
             return [summary_of_row(row) for row in rows]
 
-        return page_of(await self._run(job), limit)
+        return page_of(await self._run(job), limit, sort)
 
     async def wait(self, run_id: str, *, seen: int, timeout_s: float) -> None:
         def job(conn: sqlite3.Connection) -> bool:

@@ -29,10 +29,10 @@ from tether.runtime import (
     Order,
     RunPage,
     RunStatus,
+    Sort,
     StoredRun,
     ToolRecord,
-    check_listing,
-    page_of,
+    page_in_memory,
     summary_of,
 )
 
@@ -302,9 +302,9 @@ class MemoryRunStore:
         order: Order = "newest",
         after: str | None = None,
         limit: int = 50,
+        sort: Sort = "started",
     ) -> RunPage:
         """The listing (``tether.runtime.ListableRunStore``), by a scan: a test store."""
-        cursor = check_listing(status=status, order=order, limit=limit, after=after)
         await anyio.lowlevel.checkpoint()
         summaries = [
             summary_of(
@@ -320,26 +320,18 @@ class MemoryRunStore:
             )
             for run_id, row in self.rows.items()
         ]
-        newest = order == "newest"
-        summaries.sort(key=lambda s: (s.created_at, s.run_id), reverse=newest)
-        chosen = [
-            s
-            for s in summaries
-            if (agent is None or s.agent == agent)
-            and (status is None or s.status == status)
-            and (termination is None or s.termination == termination)
-            and (since is None or s.created_at >= since)
-            and (until is None or s.created_at < until)
-            and (
-                cursor is None
-                or (
-                    (s.created_at, s.run_id) < cursor
-                    if newest
-                    else (s.created_at, s.run_id) > cursor
-                )
-            )
-        ]
-        return page_of(chosen[: limit + 1], limit)
+        return page_in_memory(
+            summaries,
+            agent=agent,
+            status=status,
+            termination=termination,
+            since=since,
+            until=until,
+            order=order,
+            after=after,
+            limit=limit,
+            sort=sort,
+        )
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()

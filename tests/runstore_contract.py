@@ -43,6 +43,7 @@ __all__ = [
     "test_finish_stores_the_result_and_ends_ownership",
     "test_list_runs_filters_and_pages_by_keyset",
     "test_list_runs_refuses_bad_arguments",
+    "test_list_runs_sorts_by_the_counts_in_keyset_pages",
     "test_park_releases_the_run",
     "test_release_makes_the_run_claimable_at_once",
     "test_renew_checks_the_epoch",
@@ -637,10 +638,66 @@ async def test_list_runs_filters_and_pages_by_keyset(make_store: MakeStore) -> N
         assert await ids(agent="tie", order="oldest", after=up.next) == ["t2"]
 
 
-async def test_list_runs_refuses_bad_arguments(make_store: MakeStore) -> None:
-    """A bad status, order, limit or cursor is a ValueError naming it."""
+async def test_list_runs_sorts_by_the_counts_in_keyset_pages(make_store: MakeStore) -> None:
+    """Sorted by duration, tokens, cost or rounds, both ways: unknown values sort as -1
+    (ties by run id), and pages of two chain into the whole listing."""
     async with opened(make_store) as raw:
         store = await _listed(raw)
+        for i in range(7):
+            run = NewRun(run_id=f"r{i}", agent="a", input="q", created_at=100.0 + i)
+            await store.create(run, owner="A", lease_s=60)
+        await store.finish(
+            "r0", owner="A", events=[event(0, "r0")], result={"usage": _usage(2, 10, 0.5)}
+        )
+        await store.finish(
+            "r1", owner="A", events=[event(0, "r1")], result={"usage": _usage(3, 20, None)}
+        )
+        await store.park(
+            "r2",
+            owner="A",
+            events=[event(0, "r2")],
+            checkpoint={"usage": _usage(1, 5, 0.75, unpriced=True)},
+            pending=["c1"],
+        )
+        await store.commit(
+            "r3",
+            owner="A",
+            events=[event(0, "r3")],
+            checkpoint={"usage": _usage(1, 7, 0.25, unpriced=False)},
+            lease_s=60,
+        )
+
+        async def paged(sort: Any, order: Any) -> list[str]:
+            whole = [r.run_id for r in (await store.list_runs(sort=sort, order=order)).runs]
+            seen: list[str] = []
+            after = None
+            while True:
+                page = await store.list_runs(sort=sort, order=order, after=after, limit=2)
+                seen += [r.run_id for r in page.runs]
+                if page.next is None:
+                    break
+                after = page.next
+            assert seen == whole, (sort, order)
+            return whole
+
+        unknown = ["r6", "r5", "r4"]
+        assert await paged("tokens", "newest") == ["r1", "r0", "r3", "r2", *unknown]
+        assert await paged("tokens", "oldest") == ["r4", "r5", "r6", "r2", "r3", "r0", "r1"]
+        # r1 has no cost and r2 is unpriced: both unknown, never zero.
+        assert await paged("cost", "newest") == ["r0", "r3", *unknown, "r2", "r1"]
+        assert await paged("rounds", "newest") == ["r1", "r0", "r3", "r2", *unknown]
+        # Only a finished run has a duration: r0 started a second before r1 and ended
+        # just before it.
+        assert await paged("duration", "newest") == ["r0", "r1", *unknown, "r3", "r2"]
+        assert await paged("started", "newest") == [f"r{i}" for i in reversed(range(7))]
+
+
+async def test_list_runs_refuses_bad_arguments(make_store: MakeStore) -> None:
+    """A bad status, order, sort, limit or cursor is a ValueError naming it."""
+    async with opened(make_store) as raw:
+        store = await _listed(raw)
+        with pytest.raises(ValueError, match="sort"):
+            await store.list_runs(sort="size")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="status"):
             await store.list_runs(status="done")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="order"):

@@ -110,15 +110,20 @@ def test_the_list_shows_the_runs_and_its_filters_work(served: str, page: Any) ->
     assert "answered" in calc_row.inner_text()
     assert "$" in calc_row.inner_text()  # priced
     shot(page, "viewer-list.png")
-    # The column buttons sort the page: by tokens, up, then down.
-    page.get_by_role("button", name="Tokens").click()
+    # A linked column sorts every run in the store: by tokens, down, then up.
+    page.get_by_role("link", name="Tokens").click()
+    page.wait_for_url("**sort=tokens**")
     tokens = [int(r.get_attribute("data-tokens") or -1) for r in rows.all()]
-    assert tokens == sorted(tokens)
-    assert page.locator('th[aria-sort="ascending"]').inner_text().startswith("Tokens")
-    page.get_by_role("button", name="Tokens").click()
-    assert [int(r.get_attribute("data-tokens") or -1) for r in rows.all()] == sorted(
-        tokens, reverse=True
-    )
+    assert tokens == sorted(tokens, reverse=True)
+    assert page.locator('th[aria-sort="descending"]').inner_text().startswith("Tokens")
+    page.get_by_role("link", name="Tokens").click()
+    page.wait_for_url("**order=oldest**")
+    assert [int(r.get_attribute("data-tokens") or -1) for r in rows.all()] == sorted(tokens)
+    # A column button sorts the page shown: by agent.
+    page.get_by_role("button", name="Agent").click()
+    agents = [r.get_attribute("data-agent") or "" for r in rows.all()]
+    assert agents == sorted(agents)
+    page.goto(served + "/")
     page.get_by_label("Status").select_option("parked")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**status=parked**")

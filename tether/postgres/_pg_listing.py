@@ -17,6 +17,7 @@ from tether.runtime import (
     RunPage,
     RunStatus,
     RunSummary,
+    Sort,
     check_listing,
     listing_sql,
     page_of,
@@ -40,6 +41,27 @@ RUNS_V3 = (
     "CREATE INDEX runs_by_status ON {schema}.runs (status, created_at, run_id)",
     f"CREATE INDEX runs_by_termination ON {{schema}}.runs ({_TERMINATION}, created_at, run_id)",
 )
+
+
+def _usage(key: str) -> str:
+    return f"{{schema}}.tether_json_at(COALESCE(result, checkpoint), 'usage', '{key}')"
+
+
+#: What a listing sorts by, in SQL (as :func:`tether.runtime.sort_value` computes it).
+_SORT_BY = {
+    "started": "created_at",
+    "duration": "(CASE WHEN status = 'finished' THEN updated_at - created_at ELSE -1.0 END)",
+    "tokens": (
+        f"(CASE WHEN {_usage('input_tokens')} IS NULL AND {_usage('output_tokens')} IS NULL "
+        f"THEN -1.0 ELSE COALESCE(({_usage('input_tokens')})::float8, 0) "
+        f"+ COALESCE(({_usage('output_tokens')})::float8, 0) END)"
+    ),
+    "cost": (
+        f"(CASE WHEN COALESCE({_usage('unpriced')}, 'false') NOT IN ('false', '0') THEN -1.0 "
+        f"ELSE COALESCE(({_usage('cost_usd')})::float8, -1.0) END)"
+    ),
+    "rounds": f"COALESCE(({_usage('steps')})::float8, -1.0)",
+}
 
 #: The listing's row (:func:`tether.runtime.summary_of_row`): counts from the result,
 #: else the checkpoint, read on the server so that the messages are never sent.
@@ -67,12 +89,14 @@ class PostgresRunListing(PostgresDatabase):
         order: Order = "newest",
         after: str | None = None,
         limit: int = 50,
+        sort: Sort = "started",
     ) -> RunPage:
         """See :meth:`tether.runtime.ListableRunStore.list_runs`."""
-        cursor = check_listing(status=status, order=order, limit=limit, after=after)
+        cursor = check_listing(status=status, order=order, limit=limit, after=after, sort=sort)
         tail, args = listing_sql(
             placeholder="%s",
             termination_expr=_TERMINATION,
+            sort_expr=_SORT_BY[sort],
             agent=agent,
             status=status,
             termination=termination,
@@ -89,7 +113,7 @@ class PostgresRunListing(PostgresDatabase):
         def job(conn: Any) -> list[RunSummary]:
             return [summary_of_row(row) for row in conn.execute(query, args).fetchall()]
 
-        return page_of(await self._run(job), limit)
+        return page_of(await self._run(job), limit, sort)
 
 
 __all__ = ["RUNS_V3", "PostgresRunListing"]

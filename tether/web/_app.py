@@ -495,6 +495,7 @@ def _filters(scope: Scope) -> Filters:
         until=_time(query.get("until"), "until"),
         order=order,
         after=query.get("after"),
+        sort=query.get("sort", "started"),  # checked by the listing
     )
 
 

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 
 import attrs
 
-from tether.runtime import RUN_STATUSES, RunPage, RunSummary, StoredRun, Termination
+from tether.runtime import RUN_STATUSES, SORTS, RunPage, RunSummary, StoredRun, Termination
 
 from ._source import Filters, usage_of
 
@@ -120,29 +120,25 @@ def list_page(view: View, runs: RunPage, filters: Filters, agents: Sequence[str]
         f'<input id="f-since" name="since" type="datetime-local" value="{_date(f.since)}"></div>'
         '<div><label for="f-until">until (UTC)</label>'
         f'<input id="f-until" name="until" type="datetime-local" value="{_date(f.until)}"></div>'
+        f"<div>{_select('sort', 'Sort by', SORTS, f.sort)}</div>"
         f"<div>{_select('order', 'Order', ('newest', 'oldest'), f.order)}</div>"
         '<div class="go"><button type="submit">Filter</button>'
         f'<a href="{view.root}/">Clear</a></div></form>'
     )
     rows = "".join(_row(view, r) for r in runs.runs)
-    other = "oldest" if f.order == "newest" else "newest"
-    sort_link = _query(view, f, order=other, after=None)
-    arrow = "↓" if f.order == "newest" else "↑"
-    started = "descending" if f.order == "newest" else "ascending"
     table = (
         '<div class="scroll"><table class="runs"><caption>Runs'
-        f' <span class="muted">({len(runs.runs)} shown; the column buttons sort this page)'
-        "</span></caption><thead><tr>"
+        f' <span class="muted">({len(runs.runs)} shown; a linked column sorts every run, '
+        "a column button this page)</span></caption><thead><tr>"
         + _sortable("Run", "run")
         + _sortable("Agent", "agent")
         + _sortable("Status", "status")
         + _sortable("Termination", "termination")
-        + _sortable("Rounds", "rounds", numeric=True)
-        + _sortable("Tokens", "tokens", numeric=True)
-        + _sortable("Cost", "cost", numeric=True)
-        + f'<th scope="col" aria-sort="{started}" data-started>'
-        + f'<a href="{sort_link}" title="all runs, by start">Started {arrow}</a></th>'
-        + _sortable("Duration", "duration", numeric=True)
+        + _sorted_by(view, f, "Rounds", "rounds")
+        + _sorted_by(view, f, "Tokens", "tokens")
+        + _sorted_by(view, f, "Cost", "cost")
+        + _sorted_by(view, f, "Started", "started")
+        + _sorted_by(view, f, "Duration", "duration")
         + f"</tr></thead><tbody>{rows}</tbody></table></div>"
     )
     if not runs.runs:
@@ -172,6 +168,22 @@ def _sortable(label: str, key: str, *, numeric: bool = False) -> str:
     )
 
 
+def _sorted_by(view: View, f: Filters, label: str, key: str) -> str:
+    """A column header whose link sorts every run by ``key`` in the store (descending
+    first; the active column's link turns the order round)."""
+    active = f.sort == key
+    order = ("oldest" if f.order == "newest" else "newest") if active else "newest"
+    link = _query(view, f, sort=key, order=order, after=None)
+    way = "descending" if f.order == "newest" else "ascending"
+    aria = f' aria-sort="{way}"' if active else ""
+    arrow = (" ↓" if f.order == "newest" else " ↑") if active else ""
+    kind = "" if key == "started" else ' class="n"'
+    return (
+        f'<th scope="col"{kind}{aria} data-sorted-by="{key}">'
+        f'<a href="{link}" title="every run, by {label.lower()}">{e(label)}{arrow}</a></th>'
+    )
+
+
 def _query(view: View, f: Filters, **changed: Any) -> str:
     values = attrs.asdict(attrs.evolve(f, **changed))
     values.pop("limit")
@@ -180,6 +192,8 @@ def _query(view: View, f: Filters, **changed: Any) -> str:
             values[key] = _date(values[key])
     if values["order"] == "newest":
         values.pop("order")
+    if values["sort"] == "started":
+        values.pop("sort")
     kept = {k: v for k, v in values.items() if v is not None}
     return f"{view.root}/?{urlencode(kept)}" if kept else f"{view.root}/"
 

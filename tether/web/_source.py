@@ -21,10 +21,10 @@ from tether.runtime import (
     RunStatus,
     RunSummary,
     Runtime,
+    Sort,
     StoredRun,
     TrailReader,
-    check_listing,
-    page_of,
+    page_in_memory,
     summary_of,
 )
 
@@ -41,6 +41,7 @@ class Filters:
     order: Order = "newest"
     after: str | None = None
     limit: int = 50
+    sort: Sort = "started"
 
 
 class Source(Protocol):
@@ -222,27 +223,7 @@ class TraceSource:
     async def page(self, filters: Filters) -> RunPage:
         await self._ready()
         f = filters
-        cursor = check_listing(status=f.status, order=f.order, limit=f.limit, after=f.after)
-        newest = f.order == "newest"
-        rows = sorted(self._summaries, key=lambda s: (s.created_at, s.run_id), reverse=newest)
-        chosen = [
-            s
-            for s in rows
-            if (f.agent is None or s.agent == f.agent)
-            and (f.status is None or s.status == f.status)
-            and (f.termination is None or s.termination == f.termination)
-            and (f.since is None or s.created_at >= f.since)
-            and (f.until is None or s.created_at < f.until)
-            and (
-                cursor is None
-                or (
-                    (s.created_at, s.run_id) < cursor
-                    if newest
-                    else (s.created_at, s.run_id) > cursor
-                )
-            )
-        ]
-        return page_of(chosen[: f.limit + 1], f.limit)
+        return page_in_memory(self._summaries, **attrs.asdict(f))
 
     async def run(self, run_id: str) -> StoredRun | None:
         await self._ready()

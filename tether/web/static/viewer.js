@@ -72,8 +72,8 @@
   document.addEventListener("DOMContentLoaded", () => { tokenForm(); bindActions(document); follow(); });
 })();
 
-// The list's column buttons sort the rows of the page shown (the store orders every
-// run by start: the "Started" link).
+// The list's column buttons sort the rows of the page shown (the linked columns sort
+// every run, in the store).
 (function () {
   function sortBy(button) {
     const table = button.closest("table");
