@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import weakref
 from collections import deque
@@ -75,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether import events as ev
 from tether.providers import Message, ModelSettings
 from tether.ray._bridge import HostGone, Watch, wait_ref
-from tether.ray._host import Host, HostConfig, HostInfo, Kind
+from tether.ray._host import Host, HostConfig, HostInfo, Kind, Open, Status
 from tether.ray._local import LocalCluster
 from tether.runtime import (
     Agent,
@@ -242,6 +243,8 @@ class RayRuntime:
         #: Per host: handles waiting for their result, a collector running, its cursor.
         #: Per host: the results of the runs started there, as they end.
         self._results: list[_Results] = []
+        #: Per host: the streams this caller follows there, served by one long poll.
+        self._feeds: list[_Feed] = []
         self._shipped: list[set[str]] = []
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
@@ -317,6 +320,7 @@ class RayRuntime:
         self._last: list[HostInfo | None] = [None] * self._n
         self._sent = [0] * self._n
         self._results = [_Results(self, i) for i in range(self._n)]
+        self._feeds = [_Feed(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
         for i in range(self._n):  # the first host that cannot start fails the RayRuntime
             await _probe(self, i, strict=True)
@@ -749,6 +753,109 @@ class _Results:
             self.polling = False
 
 
+class _Feed:
+    """The streams this caller follows on one host, served by one long poll
+    (:meth:`Host.feed`) for all of them: a stream's cursor is opened by the next
+    call (or, while one is in flight, by a one-way ``feed_open`` that makes the
+    host answer at once), and each answer brings every stream's new events in one
+    compact JSON batch. A lost host (``HOST_LOST``) sends every stream to look for
+    its run again, as a poll of its own would have."""
+
+    def __init__(self, rt: RayRuntime, index: int) -> None:
+        self.rt, self.index = rt, index
+        self.generation = 0
+        self.id = f"{rt._prefix}-{index}-0"
+        self.streams: dict[int, RayEventStream] = {}
+        #: Cursors asked for and not answered yet, by key; and those not sent yet.
+        self.opening: dict[int, RayEventStream] = {}
+        self.opens: list[tuple[Open, RayEventStream]] = []
+        self.closes: list[int] = []
+        self.keys = itertools.count(1)
+        self.running = self.in_flight = self.sending = False
+
+    def open(self, stream: RayEventStream, spec: tuple[str | None, Kind, int, int]) -> None:
+        self.opens.append(((next(self.keys), *spec), stream))
+        if not self.running:
+            self.running = True
+            self.rt._spawn(self._loop)
+        elif self.in_flight and not self.sending:
+            self.sending = True
+            self.rt._spawn(self._send)  # at the next checkpoint: the opens asked by then
+
+    def close(self, fid: int) -> None:
+        if self.streams.pop(fid, None) is None:
+            return
+        if self.running:
+            self.closes.append(fid)  # with the next call
+        else:
+            self.rt._hosts[self.index].unfollow.remote(fid)
+
+    async def _send(self) -> None:
+        self.sending = False
+        if not self.in_flight or not self.opens:
+            return  # the loop sends them with its next call
+        specs = self._take_opens()
+        closes, self.closes = self.closes, []
+        self.rt._hosts[self.index].feed_open.remote(self.id, specs, closes)
+
+    def _take_opens(self) -> list[Open]:
+        opens, self.opens = self.opens, []
+        for spec, stream in opens:
+            self.opening[spec[0]] = stream
+        return [spec for spec, _ in opens]
+
+    async def _loop(self) -> None:
+        rt = self.rt
+        try:
+            while self.streams or self.opening or self.opens:
+                specs = self._take_opens()
+                closes, self.closes = self.closes, []
+                self.in_flight = True
+                try:
+                    raw = await wait_ref(
+                        rt._hosts[self.index].feed.remote(self.id, specs, closes, POLL_S),
+                        rt._watches[self.index],
+                    )
+                except Exception:  # HOST_LOST, or a host that failed: look again
+                    self._lose()
+                    continue
+                finally:
+                    self.in_flight = False
+                opened, updates = json.loads(raw)
+                for key, fid in opened:
+                    stream = self.opening.pop(key, None)
+                    if stream is None:
+                        continue
+                    if fid is not None and stream._over:  # closed meanwhile
+                        self.closes.append(fid)
+                        continue
+                    if fid is not None:
+                        self.streams[fid] = stream
+                    stream._opened(fid)
+                for fid, status, items in updates:
+                    found = self.streams.get(fid)
+                    if found is None:
+                        continue
+                    if status != "live":
+                        del self.streams[fid]
+                    found._deliver(items, status)
+        finally:
+            self.running = False
+            self._lose()  # none left, unless the loop was cancelled (the RayRuntime exits)
+
+    def _lose(self) -> None:
+        """The host was lost: every stream looks for its run again; a new feed id."""
+        streams, opening = list(self.streams.values()), list(self.opening.values())
+        self.streams, self.opening, self.closes = {}, {}, []
+        if streams or opening:
+            self.generation += 1
+            self.id = f"{self.rt._prefix}-{self.index}-{self.generation}"
+        for stream in opening:
+            stream._opened(None)
+        for stream in streams:
+            stream._deliver([], "moved")
+
+
 @attrs.frozen
 class FleetBudget:
     """:meth:`RayRuntime.budget`: the ledger's status and each host's slice, as dicts
@@ -1028,6 +1135,10 @@ class RayEventStream:
         self._next = 0
         self._seam = -1
         self._over = False
+        #: Set by the feed when it brings something (see :meth:`_deliver`).
+        self._arrived = anyio.Event()
+        #: Set by the feed when it answers a :meth:`_subscribe` in flight.
+        self._opening: anyio.Event | None = None
         #: Opened with the run: which of the cursors the start opened is this stream's.
         self._early: int | None = None
         if handle._early is not None:
@@ -1049,32 +1160,52 @@ class RayEventStream:
         self._buffer.clear()
         if self._fid is not None and self._host is not None:
             with contextlib.suppress(Exception):
-                self._handle._rt._hosts[self._host].unfollow.remote(self._fid)
+                self._handle._rt._feeds[self._host].close(self._fid)
             self._fid = None
 
     async def _fill(self) -> None:
         handle = self._handle
-        rt = handle._rt
         if self._early is not None:
             k, self._early = self._early, None
             await handle._started()
-            if k < len(handle._fids):  # else (the start was sent again) it is found below
-                self._host, self._fid = handle._host, handle._fids[k]
+            i = handle._host
+            if k < len(handle._fids) and i is not None:  # else (sent again) it is found below
+                await self._subscribe(i, None, handle._fids[k])
         if self._fid is None and not await self._attach():
             return
-        assert self._host is not None
-        assert self._fid is not None
-        try:
-            items, status = await wait_ref(
-                rt._hosts[self._host].poll.remote(self._fid, POLL_S), rt._watches[self._host]
-            )
-        except HOST_LOST:
-            items, status = [], "moved"
+        if not self._buffer and not self._over and self._fid is not None:
+            await self._arrived.wait()  # the host's feed delivers (see _deliver)
+            self._arrived = anyio.Event()
+
+    async def _subscribe(self, i: int, run_id: str | None, start: int) -> bool:
+        """Open a cursor on host ``i`` through the caller's feed there (``run_id``
+        ``None``: adopt the cursor ``start`` the run's start opened); whether it opened."""
+        if self._opening is None:
+            self._opening = anyio.Event()
+            self._host = i
+            self._handle._rt._feeds[i].open(self, (run_id, self._kind, start, self._seam))
+        await self._opening.wait()
+        self._opening = None
+        return self._fid is not None
+
+    def _opened(self, fid: int | None) -> None:
+        """The feed's answer to :meth:`_subscribe` (``None``: the run is not there)."""
+        self._fid = fid
+        if fid is None:
+            self._host = None
+        if self._opening is not None:
+            self._opening.set()
+
+    def _deliver(self, items: list[Any], status: Status) -> None:
+        """What the feed brought for this stream's cursor: ``status`` ``live`` (more to
+        come), ``finished``, or anything else: the run left the host (or the host was
+        lost), so the stream looks for it again."""
         self._take(items)
         if status == "finished":
             self._over = True
         elif status != "live":
-            self._fid = self._host = None  # the run moved (or its host died): find it again
+            self._fid = self._host = None
+        self._arrived.set()
 
     async def _attach(self) -> bool:
         """Follow the run on the host that has it; else read what the store has, or end."""
@@ -1087,19 +1218,8 @@ class RayEventStream:
                 self._over = True
                 return False
             i = await handle._where()
-            if i is not None:
-                try:
-                    fid = await wait_ref(
-                        rt._hosts[i].follow.remote(
-                            handle.run_id, self._kind, self._next, self._seam
-                        ),
-                        rt._watches[i],
-                    )
-                except HOST_LOST:
-                    fid = None
-                if fid is not None:
-                    self._host, self._fid = i, fid
-                    return True
+            if i is not None and await self._subscribe(i, handle.run_id, self._next):
+                return True
             store = rt.store
             stored = None if store is None else await store.get(handle.run_id)
             if store is None or stored is None:
