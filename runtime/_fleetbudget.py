@@ -581,6 +581,9 @@ class SlicedBudget(Budget):
     #: wait takes what room there is.
     empty_answers: int = 0
     slice_tokens: int = 0
+    #: The largest output of one call on this host so far (for the calls with no cap
+    #: of their own: ``Accounts._estimate``).
+    largest_output: int = 0
     fleet_used_tokens: int = 0
     fleet_used_cost: float = 0.0
     takes: int = 0

@@ -776,9 +776,7 @@ async def test_a_host_whose_calls_held_its_grant_reports_them_spent_at_once(
     the other hosts' runs ended) that late. A charge or a release wakes its keeper, so the
     ledger knows within a poll and a round trip of the call's end."""
     lease, latency = 30.0, 0.002
-    ledger = BudgetLedger(
-        max_total_tokens=100, hosts=1, lease_s=lease, clock=anyio.current_time
-    )
+    ledger = BudgetLedger(max_total_tokens=100, hosts=1, lease_s=lease, clock=anyio.current_time)
     limits = tether.Limits(max_total_tokens=100)
     async with hosts(ledger, limits, 1, latency) as (_, slices):
         budget = slices[0]
@@ -798,3 +796,53 @@ async def test_a_host_whose_calls_held_its_grant_reports_them_spent_at_once(
         reported = anyio.current_time() - ended
     assert reported <= budget.poll_s + 2 * latency + 0.001, reported
     assert ledger.dry()
+
+
+async def test_a_call_with_no_cap_of_its_own_holds_an_estimate_not_a_slice(
+    watched: list[int],
+) -> None:
+    """Issue 28: a run with no max_tokens (neither its settings nor its provider) on a
+    fleet's budget sends (and holds) FLEET_OUTPUT_FLOOR on its first call, then twice the
+    largest output seen: a call cut at the estimate gets twice as much next time."""
+    from tether.runtime._accounting import FLEET_OUTPUT_FLOOR
+
+    ledger = BudgetLedger(max_total_tokens=1_000_000, hosts=2)
+    limits = tether.Limits(max_total_tokens=1_000_000)
+    long = "word " * 1_000  # 1,250 tokens by the scripted estimate: cut at 1,024
+    provider = ScriptedProvider([Reply(text=long), Reply(text="done")], record=True)
+    async with hosts(ledger, limits, 2) as (rts, slices):
+        result = await rts[0].run(tether.Agent(name="a", provider=provider), "q")
+        assert result.termination is tether.Termination.ANSWERED
+        caps = [r.max_tokens for _, r in provider.requests]
+        assert caps == [FLEET_OUTPUT_FLOOR, 2 * FLEET_OUTPUT_FLOOR]
+        assert slices[0].largest_output == FLEET_OUTPUT_FLOOR
+        # A new run on the same host starts from the host's largest output.
+        again = ScriptedProvider([Reply(text="hi")], record=True)
+        await rts[0].run(tether.Agent(name="b", provider=again), "q")
+        assert [r.max_tokens for _, r in again.requests] == [2 * FLEET_OUTPUT_FLOOR]
+        # A run with a max_tokens of its own is sent with it, as before.
+        capped = ScriptedProvider([Reply(text="hi")], record=True)
+        settings = tether.ModelSettings(max_tokens=77)
+        await rts[1].run(tether.Agent(name="c", provider=capped, settings=settings), "q")
+        assert [r.max_tokens for _, r in capped.requests] == [77]
+    assert ledger.status().used_tokens == sum(s.tokens for s in slices)
+
+
+@pytest.mark.parametrize("n_hosts", [2, 4])
+async def test_a_burst_of_runs_with_no_max_tokens_is_not_cut_short(
+    n_hosts: int, watched: list[int]
+) -> None:
+    """Issue 28: 100 runs whose calls have no max_tokens at all, with a fleet budget of
+    twice their demand: every run answers (none ends max_continues, as 2 of 100 did when
+    each call asked for, and held, a whole slice)."""
+    n_runs = 100
+    ceiling = 2 * n_runs * 410
+    ledger = BudgetLedger(max_total_tokens=ceiling, hosts=n_hosts)
+    limits = tether.Limits(max_total_tokens=ceiling)
+    provider = ScriptedProvider(lambda request, ctx: Reply(text="word " * 320), chunk_size=16)
+    agent = tether.Agent(name="spender", provider=provider)
+    async with hosts(ledger, limits, n_hosts, 0.002) as (rts, slices):
+        handles = [rts[i % n_hosts].start(agent, f"question {i}") for i in range(n_runs)]
+        results = [await handle.result() for handle in handles]
+    assert {r.termination for r in results} == {tether.Termination.ANSWERED}
+    assert ledger.status().used_tokens == sum(r.usage.total_tokens for r in results)

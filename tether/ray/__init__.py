@@ -785,18 +785,22 @@ class _Feed:
     def close(self, fid: int) -> None:
         if self.streams.pop(fid, None) is None:
             return
-        if self.running:
-            self.closes.append(fid)  # with the next call
-        else:
+        if not self.running:
             self.rt._hosts[self.index].unfollow.remote(fid)
+            return
+        self.closes.append(fid)  # with the next call
+        if self.in_flight and not self.sending:
+            self.sending = True
+            self.rt._spawn(self._send)
 
     async def _send(self) -> None:
+        """The opens and closes asked for while a call is in flight, in one one-way call."""
         self.sending = False
-        if not self.in_flight or not self.opens:
-            return  # the loop sends them with its next call
-        specs = self._take_opens()
-        closes, self.closes = self.closes, []
-        self.rt._hosts[self.index].feed_open.remote(self.id, specs, closes)
+        if self.in_flight and (self.opens or self.closes):
+            specs = self._take_opens()
+            closes, self.closes = self.closes, []
+            self.rt._hosts[self.index].feed_open.remote(self.id, specs, closes)
+        # (else the loop sends them with its next call, or as it ends)
 
     def _take_opens(self) -> list[Open]:
         opens, self.opens = self.opens, []
@@ -839,6 +843,9 @@ class _Feed:
                     if status != "live":
                         del self.streams[fid]
                     found._deliver(items, status)
+            if self.closes:  # streams closed since the last call, none left to follow
+                closes, self.closes = self.closes, []
+                rt._hosts[self.index].feed_open.remote(self.id, [], closes)
         finally:
             self.running = False
             self._lose()  # none left, unless the loop was cancelled (the RayRuntime exits)
