@@ -841,7 +841,7 @@ async def test_a_burst_of_runs_with_no_max_tokens_is_not_cut_short(
     limits = tether.Limits(max_total_tokens=ceiling)
     provider = ScriptedProvider(lambda request, ctx: Reply(text="word " * 320), chunk_size=16)
     agent = tether.Agent(name="spender", provider=provider)
-    async with hosts(ledger, limits, n_hosts, 0.002) as (rts, slices):
+    async with hosts(ledger, limits, n_hosts, 0.002) as (rts, _):
         handles = [rts[i % n_hosts].start(agent, f"question {i}") for i in range(n_runs)]
         results = [await handle.result() for handle in handles]
     assert {r.termination for r in results} == {tether.Termination.ANSWERED}
