@@ -1054,7 +1054,7 @@ class RayRunHandle(Generic[OutputT]):
                     rt._shipped[self._host].discard(self._name())
                     self._resend(self._host)
                 continue
-            except BaseException as exc:
+            except Exception as exc:  # (a waiter cancelled is not the start's error)
                 if self._start_ref == (ref, n):
                     self._start_error = _cause(exc)
             if self._start_ref == (ref, n):
@@ -1165,16 +1165,29 @@ class RayEventStream:
     async def aclose(self) -> None:
         self._over = True
         self._buffer.clear()
+        if self._early is not None:
+            # The cursor the run's start opens for this stream, never read: close it
+            # once the start has its reply.
+            k, self._early = self._early, None
+            with contextlib.suppress(Exception):
+                self._handle._rt._spawn(lambda: self._close_early(k))
         if self._fid is not None and self._host is not None:
             with contextlib.suppress(Exception):
                 self._handle._rt._feeds[self._host].close(self._fid)
             self._fid = None
 
+    async def _close_early(self, k: int) -> None:
+        handle = self._handle
+        with contextlib.suppress(Exception):
+            await handle._started()
+            if k < len(handle._fids) and handle._host is not None:
+                handle._rt._hosts[handle._host].unfollow.remote(handle._fids[k])
+
     async def _fill(self) -> None:
         handle = self._handle
         if self._early is not None:
-            k, self._early = self._early, None
             await handle._started()
+            k, self._early = self._early, None
             i = handle._host
             if k < len(handle._fids) and i is not None:  # else (sent again) it is found below
                 await self._subscribe(i, None, handle._fids[k])
