@@ -28,7 +28,8 @@ its own.
   Results and events come back in tether's JSON forms.
 * **The caller** may be on asyncio or trio. A handle waiting on a host holds
   no thread: it waits on the Ray object's future (:mod:`tether.ray._bridge`).
-  Following a run is a long poll that returns a batch per call.
+  Following runs is one long poll per host for all the caller's streams there
+  (``_Feed``, :meth:`Host.feed`), each answer a compact batch.
 * **Failover.** With a run store shared by the hosts (``SQLiteRunStore`` on
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
   are resumed by the surviving hosts (or by the host Ray restarts) from their
@@ -106,7 +107,7 @@ HOST_LOST: tuple[type[BaseException], ...] = (
     HostGone,
 )
 
-#: How long one poll of a follower waits on its host for something new.
+#: How long one long poll (a feed's, a result collector's) waits on its host for news.
 POLL_S = 10.0
 #: How often the caller asks each host what it reports (load, liveness).
 MONITOR_S = 0.5
@@ -1257,8 +1258,8 @@ class RayEventStream:
             await anyio.sleep(RELOCATE_S)
 
     async def _stored_events(self, store: RunStore) -> list[Any]:
-        """The store's events from where this stream goes on (the rewind rule, as
-        :meth:`Host.follow` applies it)."""
+        """The store's events from where this stream goes on (the rewind rule, as a
+        host's cursor applies it: :meth:`Host.feed`)."""
         run_id = self._handle.run_id
         newer = await store.events(run_id, start=self._seam + 1)
         start = self._next
