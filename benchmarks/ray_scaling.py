@@ -19,6 +19,18 @@ hosts make to the budget's ledger with a ``limits=`` budget the runs never
 reach. The monitor's calls (``info``, ``spent``: ``hosts + 1`` every
 ``MONITOR_S``, whatever the runs) are counted apart, per second.
 
+With ``--study``, instead, **the multi-node scaling study** (issue 28; the table in
+docs/guides/ray.md): a provider latency of L=50 ms (``--latency-ms``), ``--runs``
+runs at once (5,000 by default), R rounds each, on one plain Runtime in this
+process, then on RayRuntimes of 1, 2 and 4 hosts (``--study-hosts``): rounds/s
+of each (one batch after a warm-up), and the Ray calls per round the caller
+made (its monitor's left out). Simulating several machines on one: start a Ray
+node per host with a CPU limit and pinned to cores of its own, then pass
+``--address auto``, e.g. ``ray start --head --num-cpus=1`` and, per further
+node, ``taskset -c N ray start --address=HEAD:6379 --num-cpus=1`` (a host asks
+one CPU, so Ray puts one host on each node; the caller runs where the command
+runs). Without ``--address``, every host is a process of one local cluster.
+
 The runs go to the hosts round-robin (``start(..., host=i % hosts)``), so the
 measure is of the hosts' capacity, not of the placement. The caller (this
 process) gets every run's result as JSON and loads it, as any caller does.
@@ -169,6 +181,98 @@ async def measure(plan: Plan, address: str | None) -> tuple[list[Side], float]:
     return sides, await _bare_call_ms(plan.latency_runs)
 
 
+#: The scaling study's defaults (``--study``): provider latency, runs at once, rounds, fleets.
+STUDY_LATENCY_MS = 50.0
+STUDY = Plan(runs=5_000, rounds=5, repeats=1, latency_runs=1, warm_runs=50)
+STUDY_HOSTS = (1, 2, 4)
+
+
+@attrs.frozen(kw_only=True)
+class StudyRow:
+    """One side of the scaling study."""
+
+    name: str
+    hosts: int  # 0: the plain Runtime in this process
+    rounds_per_s: float
+    #: The caller's Ray calls per round (monitor left out); ``None`` for the plain Runtime.
+    calls_per_round: float | None
+    problems: tuple[str, ...] = ()
+
+
+async def study(plan: Plan, latency_s: float, fleets: Sequence[int]) -> list[StudyRow]:
+    """Rounds/s of ``plan.runs`` runs at once with provider latency ``latency_s``: one
+    plain Runtime, then a RayRuntime of each size in ``fleets`` (see the module)."""
+    from tether.ray import RayRuntime
+
+    agent = w.agent(plan.rounds, latency_s)
+    rows: list[StudyRow] = []
+    side = Side("plain Runtime (this process)", 0)
+    async with tether.Runtime(provider_concurrency=max(64, plan.runs)) as rt:
+
+        def plain(agent: tether.Agent, i: int) -> Any:
+            return rt.start(agent, w.QUESTION)
+
+        await _batch(plain, agent, min(plan.warm_runs, plan.runs), plan.rounds, side)
+        elapsed = await _batch(plain, agent, plan.runs, plan.rounds, side)
+    rows.append(
+        StudyRow(
+            name=side.name,
+            hosts=0,
+            rounds_per_s=plan.runs * plan.rounds / elapsed,
+            calls_per_round=None,
+            problems=tuple(side.problems),
+        )
+    )
+    for hosts in fleets:
+        side = Side(f"RayRuntime, {hosts} host{'s' if hosts > 1 else ''}", hosts)
+        concurrency = max(hosts, plan.runs)
+        async with RayRuntime(hosts=hosts, provider_concurrency=concurrency) as fleet:
+
+            def start(
+                agent: tether.Agent, i: int, fleet: RayRuntime = fleet, n: int = hosts
+            ) -> Any:
+                return fleet.start(agent, w.QUESTION, host=i % n)
+
+            warm = max(hosts, min(plan.warm_runs, plan.runs))
+            await _batch(start, agent, warm, plan.rounds, side)  # the agent shipped everywhere
+            with counting_ray_calls() as counts:
+                elapsed = await _batch(start, agent, plan.runs, plan.rounds, side)
+        calls = sum(v for k, v in counts.items() if k not in MONITOR_CALLS)
+        rows.append(
+            StudyRow(
+                name=side.name,
+                hosts=hosts,
+                rounds_per_s=plan.runs * plan.rounds / elapsed,
+                calls_per_round=calls / (plan.runs * plan.rounds),
+                problems=tuple(side.problems),
+            )
+        )
+    return rows
+
+
+def study_table(plan: Plan, latency_ms: float, rows: Sequence[StudyRow]) -> str:
+    base = rows[0]
+    head = ["measure", *(r.name for r in rows)]
+    out = [head, ["---"] * len(head)]
+    out.append(
+        [
+            f"rounds/s, {plan.runs:,} runs at once, R={plan.rounds}, L={latency_ms:g} ms",
+            *(
+                f"{r.rounds_per_s:,.0f}"
+                + ("" if r is base else f" ({r.rounds_per_s / base.rounds_per_s:.2f}×)")
+                for r in rows
+            ),
+        ]
+    )
+    out.append(
+        [
+            "Ray calls per round (the caller's, monitor left out)",
+            *("—" if r.calls_per_round is None else f"{r.calls_per_round:.3f}" for r in rows),
+        ]
+    )
+    return "\n".join("| " + " | ".join(row) + " |" for row in out)
+
+
 #: The fleet sizes whose Ray calls are counted.
 CALL_FLEETS = (1, 2, 4)
 #: The caller's calls that come from its monitor (time-driven, not per run).
@@ -312,7 +416,7 @@ def calls_table(calls: Sequence[Calls]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
-def _init_ray(address: str | None) -> None:
+def _init_ray(address: str | None, most_hosts: int) -> None:
     import ray
 
     # The hosts unpickle the workload's tool by reference: they import it from here.
@@ -323,7 +427,7 @@ def _init_ray(address: str | None) -> None:
         "runtime_env": {"env_vars": {"PYTHONPATH": path}},
     }
     if address is None:
-        kwargs["num_cpus"] = max(max(CALL_FLEETS), os.cpu_count() or 1)  # logical: a host asks one
+        kwargs["num_cpus"] = max(most_hosts, os.cpu_count() or 1)  # logical: a host asks one
     else:
         kwargs["address"] = address
     ray.init(**kwargs)
@@ -393,8 +497,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--calls-only", action="store_true", help="only count the Ray calls per run and round"
     )
+    parser.add_argument(
+        "--study",
+        action="store_true",
+        help="the scaling study: L=50 ms, 5,000 runs, 1 process vs 1, 2, 4 hosts",
+    )
+    parser.add_argument("--latency-ms", type=float, default=STUDY_LATENCY_MS)
+    parser.add_argument(
+        "--study-hosts", default=",".join(map(str, STUDY_HOSTS)), help="fleet sizes, e.g. 1,2,4"
+    )
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
+    plan = QUICK if args.quick else STUDY if args.study else FULL
     given = {
         name: value
         for name in ("runs", "rounds", "repeats", "latency_runs")
@@ -404,20 +517,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if plan.runs < 1 or plan.rounds < 1 or plan.repeats < 1 or plan.latency_runs < 1:
         parser.error("--runs, --rounds, --repeats and --latency-runs must be at least 1")
     try:
+        fleets = tuple(int(n) for n in args.study_hosts.split(","))
+    except ValueError:
+        fleets = ()
+    if not fleets or min(fleets) < 1:
+        parser.error("--study-hosts must be positive ints separated by commas, e.g. 1,2,4")
+    if args.latency_ms < 0:
+        parser.error("--latency-ms must be >= 0")
+    try:
         import ray
     except ImportError:
         print("benchmarks.ray_scaling needs Ray: pip install 'tether[ray]'", file=sys.stderr)
         return 2
 
     started = time.perf_counter()
-    _init_ray(args.address)
+    _init_ray(args.address, max(fleets) if args.study else max(CALL_FLEETS))
     sides: list[Side] = []
+    rows: list[StudyRow] = []
     bare_ms = 0.0
     try:
-        if not args.calls_only:
+        if args.study:
+            rows = anyio.run(study, plan, args.latency_ms / 1000, fleets, backend=args.backend)
+        elif not args.calls_only:
             sides, bare_ms = anyio.run(measure, plan, args.address, backend=args.backend)
         calls: list[Calls] = []
-        if args.calls or args.calls_only:
+        if not args.study and (args.calls or args.calls_only):
             calls = anyio.run(count_calls, plan, backend=args.backend)
     finally:
         ray.shutdown()
@@ -425,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = " ".join(["python -m benchmarks.ray_scaling", *(argv or sys.argv[1:])])
     mode = "quick (tiny sizes: the numbers mean nothing)" if args.quick else "full"
+    if args.study:
+        mode = "the scaling study" + (" (quick)" if args.quick else "")
     print(f"## tether over Ray: scaling — {mode}\n")
     print(f"`{command}` · caller on {args.backend}\n")
     print(_versions() + f" · took {elapsed:.0f} s\n")
@@ -443,7 +569,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "with limits=, plus the hosts' calls to the ledger (their slices' takes and "
             "give-backs). The monitor's calls (info, spent) do not grow with the runs.\n"
         )
-    problems = [p for s in sides for p in s.problems]
+    if rows:
+        print(study_table(plan, args.latency_ms, rows))
+        print(
+            "\nEach RayRuntime host is a Ray actor running a tether Runtime on asyncio; runs "
+            "go to the hosts round-robin; "
+            + (f"Ray cluster at {args.address}." if args.address else "one local Ray cluster.")
+            + "\n"
+        )
+    problems = [p for s in sides for p in s.problems] + [p for r in rows for p in r.problems]
     if problems:
         print("\n**verification FAILED**\n")
         for problem in problems:

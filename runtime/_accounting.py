@@ -41,6 +41,10 @@ from ._trail import Trail
 if TYPE_CHECKING:  # imported where a fleet's budget is used: not by import tether
     from ._fleetbudget import SlicedBudget as Sliced
 
+#: The least a call with no output cap of its own is sent with on a fleet's budget
+#: (see :meth:`Accounts._estimate`): a quarter of the HTTP providers' default ``max_tokens``.
+FLEET_OUTPUT_FLOOR = 1_024
+
 
 class Accounts:
     """Charges and ceilings for one run."""
@@ -48,9 +52,11 @@ class Accounts:
     __slots__ = (
         "_asked",
         "_budgets",
+        "_call_out",
         "_default_max",
         "_held_cost",
         "_held_tokens",
+        "_largest_out",
         "_limits",
         "_on_shared_hit",
         "_shared",
@@ -88,6 +94,9 @@ class Accounts:
         # What this run's call in flight holds of the shared budget.
         self._held_tokens = 0
         self._held_cost = 0.0
+        # The output of this run's call in flight so far, and the largest of its calls.
+        self._call_out = 0
+        self._largest_out = 0
 
     # --------------------------------------------------------------- the clamp
 
@@ -174,6 +183,7 @@ class Accounts:
         if cap is not None and shared.max_cost_usd is not None:
             cost = self._output_cost(cap)
         self._held_tokens, self._held_cost = tokens, cost
+        self._call_out = 0
         shared.hold(tokens, cost)
         if cap != request.max_tokens:
             request = attrs.evolve(request, max_tokens=cap)
@@ -225,11 +235,29 @@ class Accounts:
             ceiling = self.before_call()
             assert ceiling is not None, "a spent slice of a dry fleet is a ceiling"
             return ceiling
+        if self._own_cap(shared) is None:
+            cap = min(cap, want)  # no cap of its own: the estimate bounds it (_wanted)
         return cap
 
     def _wanted(self, shared: Sliced) -> int:
-        """The output cap were ``shared`` unbounded: the run's own budget and ``max_tokens``
-        (without either: the ledger's slice)."""
+        """The output cap were ``shared`` unbounded: the run's own budget and ``max_tokens``;
+        without either, an estimate of the call's output (:meth:`_estimate`)."""
+        own = self._own_cap(shared)
+        return self._estimate(shared) if own is None else own
+
+    def _estimate(self, shared: Sliced) -> int:
+        """What a call with no output cap of its own is sent with, and holds, on a fleet's
+        budget: twice the largest output of this run's calls or of this host's recent
+        ones, at least :data:`FLEET_OUTPUT_FLOOR` tokens. Asking for (and holding) a whole
+        slice per call would make a burst of such calls mark the fleet short early, and
+        the calls after them would get scraps (and end ``max_continues``). A call cut
+        at the estimate (it stops ``max_tokens``) raises it for the next: twice as much."""
+        largest = max(self._largest_out, shared.largest_output)
+        return max(FLEET_OUTPUT_FLOOR, 2 * largest)
+
+    def _own_cap(self, shared: Sliced) -> int | None:
+        """The call's output cap from the run's own budget and ``max_tokens`` (``None``:
+        nothing but ``shared`` bounds it)."""
         cap: int | None = None
         price = self.price
         for budget in self._budgets:
@@ -244,7 +272,7 @@ class Accounts:
                 cap = by_cost if cap is None else min(cap, by_cost)
         if self._default_max is not None:
             cap = self._default_max if cap is None else min(cap, self._default_max)
-        return max(1, shared.slice_tokens) if cap is None else cap
+        return cap
 
     def _output_cost(self, tokens: int) -> float:
         """``tokens`` output tokens at the model's price (0 when it has none)."""
@@ -253,6 +281,13 @@ class Accounts:
 
     def release(self) -> None:
         """Give back what the call in flight held and did not use."""
+        out = self._call_out
+        if out:
+            self._largest_out = max(self._largest_out, out)
+            from ._fleetbudget import SlicedBudget  # a Runtime-wide budget only: loaded then
+
+            if isinstance(self._shared, SlicedBudget):
+                self._shared.largest_output = max(self._shared.largest_output, out)
         if self._shared is not None and (self._held_tokens or self._held_cost):
             self._shared.unhold(self._held_tokens, self._held_cost)
             self._held_tokens, self._held_cost = 0, 0.0
@@ -311,6 +346,8 @@ class Accounts:
         for budget in self._budgets:
             if shared or budget is not self._shared:
                 budget.charge(input_tokens + output_tokens, cost)
+        if shared:
+            self._call_out += output_tokens
         if shared and output_tokens > 0 and (self._held_tokens or self._held_cost):
             # Streamed output was held: the charge replaces that much of the hold.
             tokens = min(self._held_tokens, output_tokens)

@@ -581,6 +581,9 @@ class SlicedBudget(Budget):
     #: wait takes what room there is.
     empty_answers: int = 0
     slice_tokens: int = 0
+    #: The largest output of one call on this host so far (for the calls with no cap
+    #: of their own: ``Accounts._estimate``).
+    largest_output: int = 0
     fleet_used_tokens: int = 0
     fleet_used_cost: float = 0.0
     takes: int = 0
@@ -758,18 +761,22 @@ class SlicedBudget(Budget):
             if nudged.is_set():
                 break
             interval = self._poll_in()
-            if interval is not None:
-                with anyio.move_on_after(interval):
-                    await nudged.wait()
-                break
+            # Nothing to say but, maybe, the lease's beat: a charge or a release may
+            # bring news before the beat (issue 28: a host whose calls held its grant
+            # when it learnt the ledger was dry waited for the beat, lease_s / 3, to
+            # report them spent, and the other hosts' last runs with it).
+            idle = self._news_in() is None
             nudges = self._nudges
-            self._idle = True
+            woke = False
+            self._idle = idle
             try:
-                await nudged.wait()
+                with anyio.move_on_after(math.inf if interval is None else interval):
+                    await nudged.wait()
+                    woke = True
             finally:
                 self._idle = False
-            if self._nudges != nudges:
-                break  # a call nudged (maybe beside a charge): contact now
+            if not (woke and idle) or self._nudges != nudges:
+                break  # a poll or the beat is due, or a call nudged: contact now
             self._nudged = anyio.Event()  # news, maybe: look again
         self._nudged = anyio.Event()
 
@@ -826,7 +833,10 @@ class SlicedBudget(Budget):
         )
         if not news:
             return None
-        return self.poll_s if self.short else self.idle_poll_s
+        if self.short or (tokens <= 0 and cost <= EPSILON_USD and not self.holding):
+            # Short, or its slice is spent to the last token: others may wait for its report.
+            return self.poll_s
+        return self.idle_poll_s
 
     def _spent(self) -> Spent:
         return Spent(tokens=self.tokens, cost_usd=self.cost_usd, unpriced=self.unpriced)

@@ -122,3 +122,37 @@ def test_ray_scaling_quick_prints_every_side_verified() -> None:
         assert len(cells) == 4, row
         assert "—" not in cells, row
     assert "verification: passed" in out
+
+
+@pytest.mark.slow  # Ray clusters of 1 and 2 hosts
+@pytest.mark.timeout(240)
+def test_ray_scaling_study_prints_rounds_and_calls_for_every_fleet() -> None:
+    """`benchmarks.ray_scaling --study` at a small size (the lead runs the 5,000-run one):
+    rounds/s of the plain Runtime and of each fleet, Ray calls per round, all verified."""
+    pytest.importorskip("ray")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["RAY_AUTH_MODE"] = "disabled"
+    args = ["--study", "--runs", "60", "--rounds", "2", "--study-hosts", "1,2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ray_scaling", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "## tether over Ray: scaling — the scaling study" in out
+    header = "| measure | plain Runtime (this process) | RayRuntime, 1 host | RayRuntime, 2 hosts |"
+    assert header in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 3, rows
+    assert rows[1].startswith("| rounds/s, 60 runs at once, R=2, L=50 ms |"), rows[1]
+    assert rows[2].startswith("| Ray calls per round"), rows[2]
+    cells = rows[2].strip("| ").split(" | ")
+    assert cells[1] == "—"
+    assert all(float(c) >= 0 for c in cells[2:]), cells
+    assert "verification: passed" in out

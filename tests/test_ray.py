@@ -15,17 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import tether
 from tether import events as ev
 from tether.providers import Reply, ScriptedProvider, ToolCall
 
+from .helpers import task_names
 from .providers import openai_wire as oai
 from .providers.fakes import fake_server, json_answer
 from .ray_cluster import HOST_KEY
 
 ray = pytest.importorskip("ray", reason="the 'ray' extra is not installed")
+
 from tether.ray import RayRunHandle, RayRuntime  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.timeout(120)]
@@ -193,6 +196,55 @@ async def test_a_stream_closed_early_frees_its_cursor_on_the_host(ray_cluster: N
         handle.cancel()
         assert (await handle.result()).termination is tether.Termination.CANCELLED
         await _settled(rt)
+
+
+@pytest.mark.slow
+async def test_readers_cancelled_while_they_wait_leave_nothing_behind(ray_cluster: None) -> None:
+    """Many streams of runs on one host share its feed: readers cancelled while they wait
+    for the feed (for their cursor, or for news), then closed, leave no cursor on the
+    host and no task in the caller, and the others' streams go on to the end."""
+    agent = _walker(rounds=400, latency_s=0.05)  # 20 s: in flight until cancelled
+    async with RayRuntime(hosts=1, agents=[agent]) as rt:
+        await anyio.sleep(0.1)  # the monitor's tasks are up
+        before = task_names()
+        handles = [rt.start(agent, "walk") for _ in range(6)]
+        streams = [handle.events(deltas=True) for handle in handles]
+        kept: list[list[Any]] = [[] for _ in streams]
+
+        async def read(k: int) -> None:
+            async for event in streams[k]:
+                kept[k].append(event)
+
+        async with anyio.create_task_group() as first:  # cancelled before their cursor
+            for k in range(3):
+                first.start_soon(read, k)
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            first.cancel_scope.cancel()
+        async with anyio.create_task_group() as rest:  # cancelled waiting for news
+            for k in range(3, 6):
+                rest.start_soon(read, k)
+            with anyio.fail_after(30):
+                while not all(kept[k] for k in range(3, 6)):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            rest.cancel_scope.cancel()
+        for stream in streams:
+            await stream.aclose()
+        await _settled(rt, runs=6)
+        for handle in handles:
+            handle.cancel()
+        for handle in handles:  # cancelled (or past the agent's max_steps meanwhile)
+            assert (await handle.result()).termination in {
+                tether.Termination.CANCELLED,
+                tether.Termination.MAX_STEPS,
+            }
+        # A new reader of a finished run reads its whole trail from the host.
+        again = [e async for e in handles[0].events()]
+        assert isinstance(again[-1], ev.RunFinished)
+        await _settled(rt)
+        with anyio.fail_after(15):
+            while task_names() - before:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
 
 
 @pytest.mark.slow

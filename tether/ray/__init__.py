@@ -28,7 +28,8 @@ its own.
   Results and events come back in tether's JSON forms.
 * **The caller** may be on asyncio or trio. A handle waiting on a host holds
   no thread: it waits on the Ray object's future (:mod:`tether.ray._bridge`).
-  Following a run is a long poll that returns a batch per call.
+  Following runs is one long poll per host for all the caller's streams there
+  (``_Feed``, :meth:`Host.feed`), each answer a compact batch.
 * **Failover.** With a run store shared by the hosts (``SQLiteRunStore`` on
   one machine, ``PostgresRunStore`` on many), the runs of a host that dies
   are resumed by the surviving hosts (or by the host Ray restarts) from their
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import weakref
 from collections import deque
@@ -75,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether import events as ev
 from tether.providers import Message, ModelSettings
 from tether.ray._bridge import HostGone, Watch, wait_ref
-from tether.ray._host import Host, HostConfig, HostInfo, Kind
+from tether.ray._host import Host, HostConfig, HostInfo, Kind, Open, Status
 from tether.ray._local import LocalCluster
 from tether.runtime import (
     Agent,
@@ -105,7 +107,7 @@ HOST_LOST: tuple[type[BaseException], ...] = (
     HostGone,
 )
 
-#: How long one poll of a follower waits on its host for something new.
+#: How long one long poll (a feed's, a result collector's) waits on its host for news.
 POLL_S = 10.0
 #: How often the caller asks each host what it reports (load, liveness).
 MONITOR_S = 0.5
@@ -242,6 +244,8 @@ class RayRuntime:
         #: Per host: handles waiting for their result, a collector running, its cursor.
         #: Per host: the results of the runs started there, as they end.
         self._results: list[_Results] = []
+        #: Per host: the streams this caller follows there, served by one long poll.
+        self._feeds: list[_Feed] = []
         self._shipped: list[set[str]] = []
         self._sticky: dict[str, int] = {}
         self._coordinator: Any = None
@@ -317,6 +321,7 @@ class RayRuntime:
         self._last: list[HostInfo | None] = [None] * self._n
         self._sent = [0] * self._n
         self._results = [_Results(self, i) for i in range(self._n)]
+        self._feeds = [_Feed(self, i) for i in range(self._n)]
         self._shipped = [set(self._agents) for _ in range(self._n)]
         for i in range(self._n):  # the first host that cannot start fails the RayRuntime
             await _probe(self, i, strict=True)
@@ -749,6 +754,116 @@ class _Results:
             self.polling = False
 
 
+class _Feed:
+    """The streams this caller follows on one host, served by one long poll
+    (:meth:`Host.feed`) for all of them: a stream's cursor is opened by the next
+    call (or, while one is in flight, by a one-way ``feed_open`` that makes the
+    host answer at once), and each answer brings every stream's new events in one
+    compact JSON batch. A lost host (``HOST_LOST``) sends every stream to look for
+    its run again, as a poll of its own would have."""
+
+    def __init__(self, rt: RayRuntime, index: int) -> None:
+        self.rt, self.index = rt, index
+        self.generation = 0
+        self.id = f"{rt._prefix}-{index}-0"
+        self.streams: dict[int, RayEventStream] = {}
+        #: Cursors asked for and not answered yet, by key; and those not sent yet.
+        self.opening: dict[int, RayEventStream] = {}
+        self.opens: list[tuple[Open, RayEventStream]] = []
+        self.closes: list[int] = []
+        self.keys = itertools.count(1)
+        self.running = self.in_flight = self.sending = False
+
+    def open(self, stream: RayEventStream, spec: tuple[str | None, Kind, int, int]) -> None:
+        self.opens.append(((next(self.keys), *spec), stream))
+        if not self.running:
+            self.running = True
+            self.rt._spawn(self._loop)
+        elif self.in_flight and not self.sending:
+            self.sending = True
+            self.rt._spawn(self._send)  # at the next checkpoint: the opens asked by then
+
+    def close(self, fid: int) -> None:
+        if self.streams.pop(fid, None) is None:
+            return
+        if not self.running:
+            self.rt._hosts[self.index].unfollow.remote(fid)
+            return
+        self.closes.append(fid)  # with the next call
+        if self.in_flight and not self.sending:
+            self.sending = True
+            self.rt._spawn(self._send)
+
+    async def _send(self) -> None:
+        """The opens and closes asked for while a call is in flight, in one one-way call."""
+        self.sending = False
+        if self.in_flight and (self.opens or self.closes):
+            specs = self._take_opens()
+            closes, self.closes = self.closes, []
+            self.rt._hosts[self.index].feed_open.remote(self.id, specs, closes)
+        # (else the loop sends them with its next call, or as it ends)
+
+    def _take_opens(self) -> list[Open]:
+        opens, self.opens = self.opens, []
+        for spec, stream in opens:
+            self.opening[spec[0]] = stream
+        return [spec for spec, _ in opens]
+
+    async def _loop(self) -> None:
+        rt = self.rt
+        try:
+            while self.streams or self.opening or self.opens:
+                specs = self._take_opens()
+                closes, self.closes = self.closes, []
+                self.in_flight = True
+                try:
+                    raw = await wait_ref(
+                        rt._hosts[self.index].feed.remote(self.id, specs, closes, POLL_S),
+                        rt._watches[self.index],
+                    )
+                except Exception:  # HOST_LOST, or a host that failed: look again
+                    self._lose()
+                    continue
+                finally:
+                    self.in_flight = False
+                opened, updates = json.loads(raw)
+                for key, fid in opened:
+                    stream = self.opening.pop(key, None)
+                    if stream is None:
+                        continue
+                    if fid is not None and stream._over:  # closed meanwhile
+                        self.closes.append(fid)
+                        continue
+                    if fid is not None:
+                        self.streams[fid] = stream
+                    stream._opened(fid)
+                for fid, status, items in updates:
+                    found = self.streams.get(fid)
+                    if found is None:
+                        continue
+                    if status != "live":
+                        del self.streams[fid]
+                    found._deliver(items, status)
+            if self.closes:  # streams closed since the last call, none left to follow
+                closes, self.closes = self.closes, []
+                rt._hosts[self.index].feed_open.remote(self.id, [], closes)
+        finally:
+            self.running = False
+            self._lose()  # none left, unless the loop was cancelled (the RayRuntime exits)
+
+    def _lose(self) -> None:
+        """The host was lost: every stream looks for its run again; a new feed id."""
+        streams, opening = list(self.streams.values()), list(self.opening.values())
+        self.streams, self.opening, self.closes = {}, {}, []
+        if streams or opening:
+            self.generation += 1
+            self.id = f"{self.rt._prefix}-{self.index}-{self.generation}"
+        for stream in opening:
+            stream._opened(None)
+        for stream in streams:
+            stream._deliver([], "moved")
+
+
 @attrs.frozen
 class FleetBudget:
     """:meth:`RayRuntime.budget`: the ledger's status and each host's slice, as dicts
@@ -940,7 +1055,7 @@ class RayRunHandle(Generic[OutputT]):
                     rt._shipped[self._host].discard(self._name())
                     self._resend(self._host)
                 continue
-            except BaseException as exc:
+            except Exception as exc:  # (a waiter cancelled is not the start's error)
                 if self._start_ref == (ref, n):
                     self._start_error = _cause(exc)
             if self._start_ref == (ref, n):
@@ -1028,6 +1143,10 @@ class RayEventStream:
         self._next = 0
         self._seam = -1
         self._over = False
+        #: Set by the feed when it brings something (see :meth:`_deliver`).
+        self._arrived = anyio.Event()
+        #: Set by the feed when it answers a :meth:`_subscribe` in flight.
+        self._opening: anyio.Event | None = None
         #: Opened with the run: which of the cursors the start opened is this stream's.
         self._early: int | None = None
         if handle._early is not None:
@@ -1047,34 +1166,67 @@ class RayEventStream:
     async def aclose(self) -> None:
         self._over = True
         self._buffer.clear()
+        if self._early is not None:
+            # The cursor the run's start opens for this stream, never read: close it
+            # once the start has its reply.
+            k, self._early = self._early, None
+            with contextlib.suppress(Exception):
+                self._handle._rt._spawn(lambda: self._close_early(k))
         if self._fid is not None and self._host is not None:
             with contextlib.suppress(Exception):
-                self._handle._rt._hosts[self._host].unfollow.remote(self._fid)
+                self._handle._rt._feeds[self._host].close(self._fid)
             self._fid = None
+
+    async def _close_early(self, k: int) -> None:
+        handle = self._handle
+        with contextlib.suppress(Exception):
+            await handle._started()
+            if k < len(handle._fids) and handle._host is not None:
+                handle._rt._hosts[handle._host].unfollow.remote(handle._fids[k])
 
     async def _fill(self) -> None:
         handle = self._handle
-        rt = handle._rt
         if self._early is not None:
-            k, self._early = self._early, None
             await handle._started()
-            if k < len(handle._fids):  # else (the start was sent again) it is found below
-                self._host, self._fid = handle._host, handle._fids[k]
+            k, self._early = self._early, None
+            i = handle._host
+            if k < len(handle._fids) and i is not None:  # else (sent again) it is found below
+                await self._subscribe(i, None, handle._fids[k])
         if self._fid is None and not await self._attach():
             return
-        assert self._host is not None
-        assert self._fid is not None
-        try:
-            items, status = await wait_ref(
-                rt._hosts[self._host].poll.remote(self._fid, POLL_S), rt._watches[self._host]
-            )
-        except HOST_LOST:
-            items, status = [], "moved"
+        if not self._buffer and not self._over and self._fid is not None:
+            await self._arrived.wait()  # the host's feed delivers (see _deliver)
+            self._arrived = anyio.Event()
+
+    async def _subscribe(self, i: int, run_id: str | None, start: int) -> bool:
+        """Open a cursor on host ``i`` through the caller's feed there (``run_id``
+        ``None``: adopt the cursor ``start`` the run's start opened); whether it opened."""
+        if self._opening is None:
+            self._opening = anyio.Event()
+            self._host = i
+            self._handle._rt._feeds[i].open(self, (run_id, self._kind, start, self._seam))
+        await self._opening.wait()
+        self._opening = None
+        return self._fid is not None
+
+    def _opened(self, fid: int | None) -> None:
+        """The feed's answer to :meth:`_subscribe` (``None``: the run is not there)."""
+        self._fid = fid
+        if fid is None:
+            self._host = None
+        if self._opening is not None:
+            self._opening.set()
+
+    def _deliver(self, items: list[Any], status: Status) -> None:
+        """What the feed brought for this stream's cursor: ``status`` ``live`` (more to
+        come), ``finished``, or anything else: the run left the host (or the host was
+        lost), so the stream looks for it again."""
         self._take(items)
         if status == "finished":
             self._over = True
         elif status != "live":
-            self._fid = self._host = None  # the run moved (or its host died): find it again
+            self._fid = self._host = None
+        self._arrived.set()
 
     async def _attach(self) -> bool:
         """Follow the run on the host that has it; else read what the store has, or end."""
@@ -1087,19 +1239,8 @@ class RayEventStream:
                 self._over = True
                 return False
             i = await handle._where()
-            if i is not None:
-                try:
-                    fid = await wait_ref(
-                        rt._hosts[i].follow.remote(
-                            handle.run_id, self._kind, self._next, self._seam
-                        ),
-                        rt._watches[i],
-                    )
-                except HOST_LOST:
-                    fid = None
-                if fid is not None:
-                    self._host, self._fid = i, fid
-                    return True
+            if i is not None and await self._subscribe(i, handle.run_id, self._next):
+                return True
             store = rt.store
             stored = None if store is None else await store.get(handle.run_id)
             if store is None or stored is None:
@@ -1117,8 +1258,8 @@ class RayEventStream:
             await anyio.sleep(RELOCATE_S)
 
     async def _stored_events(self, store: RunStore) -> list[Any]:
-        """The store's events from where this stream goes on (the rewind rule, as
-        :meth:`Host.follow` applies it)."""
+        """The store's events from where this stream goes on (the rewind rule, as a
+        host's cursor applies it: :meth:`Host.feed`)."""
         run_id = self._handle.run_id
         newer = await store.events(run_id, start=self._seam + 1)
         start = self._next

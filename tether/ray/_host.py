@@ -11,10 +11,12 @@ results in their JSON forms (:func:`tether.events.dump`, :meth:`RunResult.dump`)
 The agents come once, with the host's construction (or with the first run of
 an agent the host has not seen); deps come with each run.
 
-Following a run (:meth:`Host.follow` then :meth:`Host.poll`) is a long poll
-on a cursor the host keeps: each poll returns what has happened since the
-last one, in one batch, so a reader costs one Ray call per batch rather than
-one per event, and the run never waits for its readers.
+Following runs (:meth:`Host.feed`) is one long poll per caller and host (its
+*feed*), whatever the number of streams the caller follows there: each call
+opens the cursors asked for and returns what has happened on every cursor of
+the feed since the last call, as one compact JSON text, so a caller costs one
+Ray call per batch of all its streams rather than one per stream (or event),
+and the runs never wait for their readers.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import socket
 import time
@@ -57,6 +60,11 @@ Status = Literal["live", "finished", "moved", "unknown"]
 KEEP_FINISHED_S = 120.0
 #: A follower not polled for this long is dropped (its reader went away).
 IDLE_FOLLOW_S = 120.0
+#: How long a feed's answer waits, once something is new, to gather what comes next.
+FEED_LINGER_S = 0.002
+#: A cursor a feed asks for: the caller's key for it, the run id (``None``: a cursor
+#: the run's start opened, whose id is ``start``), the kind, the start, the last seam.
+Open = tuple[int, "str | None", "Kind", int, int]
 
 
 @attrs.frozen(kw_only=True)
@@ -97,13 +105,88 @@ class HostInfo:
 
 class _Follow:
     """One reader's cursor on one run (see the module docstring): a
-    :class:`~tether.runtime.TrailReader`, and when it was last polled."""
+    :class:`~tether.runtime.TrailReader`, and the feed it is in, if any."""
 
-    __slots__ = ("handle", "reader", "touched")
+    __slots__ = ("feed", "handle", "reader", "touched", "watcher")
 
     def __init__(self, handle: RunHandle[Any], reader: TrailReader) -> None:
         self.handle, self.reader = handle, reader
         self.touched = time.monotonic()
+        self.feed: _Feed | None = None
+        self.watcher: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.watcher is not None:
+            self.watcher.cancel()
+            self.watcher = None
+
+
+class _Feed:
+    """One caller's cursors on this host, answered together by one long poll
+    (:meth:`Host.feed`): which of them have something new (``dirty``, marked by a
+    watcher task per cursor), and the cursors opened since the last answer."""
+
+    __slots__ = ("dirty", "fids", "opened", "touched", "wake")
+
+    def __init__(self) -> None:
+        self.fids: set[int] = set()
+        self.dirty: set[int] = set()
+        self.opened: list[tuple[int, int | None]] = []
+        self.wake = asyncio.Event()
+        self.touched = time.monotonic()
+
+    def ready(self) -> bool:
+        return bool(self.dirty or self.opened)
+
+    def add(self, fid: int, follow: _Follow) -> None:
+        if follow.feed is self:
+            return
+        follow.feed = self
+        self.fids.add(fid)
+        self.dirty.add(fid)  # what it holds already is read at once
+        follow.watcher = asyncio.get_running_loop().create_task(self._watch(fid, follow))
+
+    async def _watch(self, fid: int, follow: _Follow) -> None:
+        reader = follow.reader
+        while not reader.finished:
+            await reader.wait_change()
+            self.dirty.add(fid)
+            self.wake.set()
+
+    def reply(self, follows: dict[int, _Follow]) -> str:
+        """The feed's answer: ``[opened, updates]`` as one compact JSON text, where
+        ``opened`` is ``[key, fid or null]`` per cursor asked for, and ``updates`` is
+        ``[fid, status, items]`` per cursor with something new (``items``: events'
+        JSON forms, or text chunks). A cursor whose reader is done is closed here."""
+        now = time.monotonic()
+        opened, self.opened = self.opened, []
+        updates: list[tuple[int, Status, list[Any]]] = []
+        dirty, self.dirty = self.dirty, set()
+        for fid in dirty:
+            follow = follows.get(fid)
+            if follow is None:
+                if fid in self.fids:
+                    self.fids.discard(fid)
+                    updates.append((fid, "unknown", []))
+                continue
+            follow.touched = now
+            reader = follow.reader
+            items = reader.drain()
+            if not reader.done():
+                if len(items) >= TrailReader.MAX_BATCH:
+                    self.dirty.add(fid)  # more to read
+                updates.append((fid, "live", items))
+                continue
+            follow.close()
+            del follows[fid]
+            self.fids.discard(fid)
+            updates.append((fid, "finished" if follow.handle.done else "moved", items))
+        for fid in self.fids:
+            follow = follows.get(fid)
+            if follow is not None:
+                follow.touched = now
+        return json.dumps([opened, updates], separators=(",", ":"))
 
 
 class Host:
@@ -126,6 +209,7 @@ class Host:
         self._runs: dict[str, RunHandle[Any]] = {}
         self._finished_at: dict[str, float] = {}
         self._follows: dict[int, _Follow] = {}
+        self._feeds: dict[str, _Feed] = {}
         self._ids = itertools.count(1)
         self._started_at = time.time()
         self._peers: list[Any] = []
@@ -212,8 +296,11 @@ class Host:
                 del self._finished_at[run_id]
         for fid, follow in list(self._follows.items()):
             if now - follow.touched > IDLE_FOLLOW_S:
-                follow.reader.close()
+                follow.close()
                 del self._follows[fid]
+        for feed_id, feed in list(self._feeds.items()):
+            if now - feed.touched > IDLE_FOLLOW_S:
+                del self._feeds[feed_id]
 
     def _run(self, run_id: str) -> RunHandle[Any] | None:
         """The run ``run_id`` as this host knows it: started or resumed here."""
@@ -349,47 +436,68 @@ class Host:
         self._runs.pop(run_id, None)
         self._finished_at.pop(run_id, None)
 
-    async def follow(self, run_id: str, kind: Kind, start: int, after_seam: int) -> int | None:
-        """A cursor on run ``run_id`` from kept event ``start`` (``None``: not here).
+    async def feed(
+        self, feed_id: str, opens: Sequence[Open], closes: Sequence[int], timeout_s: float
+    ) -> str:
+        """The long poll of one caller's streams on this host (its *feed*): open the
+        cursors ``opens`` asks for, close ``closes``, then wait up to ``timeout_s`` for
+        something new on any of the feed's cursors, and answer everything in one
+        compact JSON batch (see :meth:`_Feed.reply`).
 
-        ``after_seam``: the seq of the last ``RunResumed`` the reader saw (-1:
-        none). A reader coming over from a host that died may have read events
-        past the checkpoint the run was resumed from; it goes on from the first
-        newer seam if that comes before ``start`` (see :mod:`tether.ray`).
+        A cursor is opened on run ``run_id`` from kept event ``start`` (``after_seam``:
+        the seq of the last ``RunResumed`` the reader saw, -1 for none: a reader coming
+        over from a host that died may have read events past the checkpoint the run
+        was resumed from; it goes on from the first newer seam if that comes before
+        ``start``, see :mod:`tether.ray`); or, with ``run_id`` ``None``, a cursor the
+        run's start opened (``start`` is its id) joins the feed.
         """
         await self._runtime()
-        run = self._run(run_id)
-        if run is None:
-            return None
-        return self._open(run, kind, start, after_seam)
+        feed = self._feed(feed_id)
+        self.feed_open(feed_id, opens, closes)
+        if not feed.ready():
+            feed.wake.clear()
+            with anyio.move_on_after(timeout_s):
+                await feed.wake.wait()
+        if feed.dirty and FEED_LINGER_S:
+            # A short wait gathers what the runs do next into the same batch.
+            await anyio.sleep(FEED_LINGER_S)
+        return feed.reply(self._follows)
 
-    async def poll(
-        self, fid: int, timeout_s: float, linger_s: float = 0.002
-    ) -> tuple[list[Any], Status]:
-        """What the follower has not read yet: waits up to ``timeout_s`` for something."""
-        follow = self._follows.get(fid)
-        if follow is None:
-            return [], "unknown"
-        follow.touched = time.monotonic()
-        reader = follow.reader
-        items: list[Any] = []
-        with anyio.move_on_after(timeout_s):
-            while not (items := reader.drain()) and not reader.finished:
-                await reader.wait_change()
-        if items and linger_s and not reader.finished and len(items) < TrailReader.MAX_BATCH:
-            # A short wait gathers what the run does next into the same batch.
-            await anyio.sleep(linger_s)
-            items += reader.drain()
-        if not reader.done():
-            return items, "live"
-        reader.close()
-        del self._follows[fid]
-        return items, "finished" if follow.handle.done else "moved"
+    def feed_open(self, feed_id: str, opens: Sequence[Open], closes: Sequence[int] = ()) -> None:
+        """Open (and close) cursors of a feed whose long poll is in flight: it answers
+        at once with them (a one-way call; see :meth:`feed`)."""
+        feed = self._feed(feed_id)
+        for closed in closes:
+            self.unfollow(closed)
+        for key, run_id, kind, start, after_seam in opens:
+            fid: int | None = None
+            if run_id is None:
+                fid = start if start in self._follows else None
+            else:
+                run = self._run(run_id)
+                if run is not None:
+                    fid = self._open(run, kind, start, after_seam)
+            if fid is not None:
+                feed.add(fid, self._follows[fid])
+            feed.opened.append((key, fid))
+        if feed.ready():
+            feed.wake.set()
+
+    def _feed(self, feed_id: str) -> _Feed:
+        feed = self._feeds.get(feed_id)
+        if feed is None:
+            feed = self._feeds[feed_id] = _Feed()
+        feed.touched = time.monotonic()
+        return feed
 
     def unfollow(self, fid: int) -> None:
+        """Close a cursor (its stream was closed)."""
         follow = self._follows.pop(fid, None)
         if follow is not None:
-            follow.reader.close()
+            follow.close()
+            if follow.feed is not None:
+                follow.feed.fids.discard(fid)
+                follow.feed.dirty.discard(fid)
 
     async def cancel(self, run_id: str, reason: str) -> None:
         """Cancel the run: in flight here, or (with a store) wherever it is."""
