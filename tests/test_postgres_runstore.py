@@ -200,12 +200,15 @@ async def test_a_lost_listen_connection_reconnects_and_wakes(
     try:
         await store.create(new_run(), owner="A", lease_s=60)
         await store.wait("r1", seen=0, timeout_s=0.01)  # starts the listener
-        with pg_server.connect() as conn:
-            killed = conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query LIKE 'LISTEN%%' AND query LIKE %s",
-                (f"%{store.channel}%",),
-            ).fetchall()
+        killed: list[Any] = []
+        with anyio.fail_after(10), pg_server.connect() as conn:
+            while not killed:  # the listener connects in the background (slowly, under load)
+                killed = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'LISTEN%%' AND query LIKE %s",
+                    (f"%{store.channel}%",),
+                ).fetchall()
+                await anyio.sleep(0.02)
         assert killed == [(True,)]
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
