@@ -88,8 +88,10 @@ from tether.providers import (
     ToolResultBlock,
 )
 
-#: The environment variable with the API tokens: ``client=token,token2,...``.
-TOKENS_ENV = "TETHER_API_TOKENS"
+# The API tokens: TOKENS_ENV (``TETHER_API_TOKENS``) holds ``client=token,token2,...``,
+# read as the run viewer reads them.
+from tether.web import TOKENS_ENV, parse_tokens
+
 #: The client name of every caller when the service runs with ``--insecure``.
 ANONYMOUS = "anonymous"
 
@@ -218,29 +220,6 @@ def _answers(
 
 
 # ------------------------------------------------------------- authentication
-
-
-def parse_tokens(spec: str) -> dict[str, str]:
-    """``TETHER_API_TOKENS``'s value as ``{client: token}``; ``ValueError`` if malformed.
-
-    Entries are comma-separated, each ``client=token`` or a bare ``token`` (its
-    own client name). No message repeats a token.
-    """
-    clients: dict[str, str] = {}
-    for number, entry in enumerate(spec.split(","), 1):
-        if not entry.strip():
-            continue
-        client, sep, token = (part.strip() for part in entry.partition("="))
-        if not sep:
-            token = client
-        if not client or not token:
-            raise ValueError(f"{TOKENS_ENV}: entry {number} is not 'client=token' or 'token'")
-        if client in clients or token in clients.values():
-            raise ValueError(f"{TOKENS_ENV}: entry {number} repeats another entry's name or token")
-        clients[client] = token
-    if not clients:
-        raise ValueError(f"{TOKENS_ENV} is set but holds no token")
-    return clients
 
 
 class Authenticator:
