@@ -547,3 +547,23 @@ async def test_run_sync_refuses_inside_an_event_loop() -> None:
     """Inside a running loop run_sync raises a RuntimeError that says what to do."""
     with pytest.raises(RuntimeError, match=r"running event loop; use await Runtime\.run"):
         run_sync(_hello(), "hi")
+
+
+def test_a_ctrl_c_wrapped_by_python_is_still_an_interrupt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C that lands while a module is imported reaches the command wrapped (``Error
+    calling __set_name__``, caused by the KeyboardInterrupt): one line, exit 130."""
+    from tether.cli import _main
+
+    def interrupted_import(args: object) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    monkeypatch.setattr(_main, "_cmd_trace", interrupted_import)
+    assert _main.main(["trace", "x.jsonl"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted"
+    assert "Traceback" not in err

@@ -726,7 +726,11 @@ async def _sweep(
         if timed:
             call_s = SWEEP_CHUNKS * SWEEP_CHUNK_S
             bound = max(call_s, SWEEP_POLL_S) + 2 * SWEEP_LATENCY_S
-            assert max(ends) - status.dry_since <= bound + 0.01
+            # The lease_s/3 delay is gone (test_a_host_whose_calls_held_its_grant_...);
+            # one gap remains in some interleavings: a run learns of the dry ledger at
+            # its host's next idle contact (idle_poll_s, 1 s here). CI saw 0.78 s and
+            # 0.46 s past the first dry answer against a bound of 0.41 (docs/guides/ray.md).
+            assert max(ends) - status.dry_since <= bound + 1.0 + 0.01
 
 
 @pytest.mark.parametrize(

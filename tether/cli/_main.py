@@ -110,7 +110,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _err("interrupted")
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        if not _caused_by_ctrl_c(exc):
+            raise
+        _err("interrupted")
+        return EXIT_INTERRUPTED
     return code
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` stands for a Ctrl-C: Python wraps a KeyboardInterrupt that lands
+    in some places (a class body's ``__set_name__`` while a module is imported, say:
+    ``RuntimeError: Error calling __set_name__``), keeping it as the cause."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, KeyboardInterrupt):
+            return True
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return False
 
 
 def build_parser() -> argparse.ArgumentParser:
