@@ -204,6 +204,7 @@ async def test_cancelling_the_stream_leaves_nothing(tmp_path: Path) -> None:
 
 def test_serve_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """tether serve: neither or both sources is a usage error; a missing file a data error."""
+    pytest.importorskip("uvicorn", reason="tether serve needs the 'web' extra")
     from tether.cli._main import main
 
     assert main(["serve"]) == 64
@@ -255,6 +256,7 @@ def test_serve_needs_tokens_or_read_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tether serve --store without TETHER_API_TOKENS refuses to start unless --read-only."""
+    pytest.importorskip("uvicorn", reason="tether serve needs the 'web' extra")
     from tether.cli._main import main
 
     path = tmp_path / "runs.db"
