@@ -162,6 +162,7 @@ class PartMaker:
     _spans: int = 0
     _streamed_text: bool = False
     _tools: dict[str, str] = attrs.field(factory=dict)  # call id -> name, streamed this call
+    _caught_up: bool = False  # feed_after: past the events the response skips
 
     def message_id(self) -> str:
         """The id of the assistant message of the model call in progress."""
@@ -181,6 +182,18 @@ class PartMaker:
             parts.append(StepFinished(round=self._round))
             self._round = None
         return parts
+
+    def feed_after(self, event: ev.Event, skip: int) -> list[Part]:
+        """The parts of ``event`` for a response that goes on after event ``skip`` (-1:
+        from the start): the events up to it only catch the maker up on ids and rounds,
+        silently, and the first one after it opens its step again."""
+        if not self._caught_up and skip >= 0:
+            if event.seq <= skip:
+                self.feed(event)
+                return []
+            self.forget_step()
+        self._caught_up = True
+        return self.feed(event)
 
     def feed(self, event: ev.Event) -> list[Part]:
         parts: list[Part] = []

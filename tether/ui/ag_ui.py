@@ -204,16 +204,9 @@ class AGUIApp:
         yield _frame(agui.RunStartedEvent(thread_id=thread, run_id=run))
         maker = p.PartMaker(prefix=handle.run_id)
         spell = _Speller(prefix=handle.run_id, frontend=frontend)
-        replaying = skip >= 0
         async with closing(stream):
             async for event in stream:
-                if replaying:
-                    if event.seq <= skip:
-                        maker.feed(event)  # catch up on ids and rounds, silently
-                        continue
-                    replaying = False
-                    maker.forget_step()
-                for part in maker.feed(event):
+                for part in maker.feed_after(event, skip):
                     if isinstance(part, p.ApprovalAsked):
                         if part.call_id in answered:
                             continue  # asked with the calls this request answered

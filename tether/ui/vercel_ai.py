@@ -156,16 +156,9 @@ class VercelAIApp:
     ) -> AsyncIterator[bytes]:
         yield sse({"type": "start", "messageId": handle.run_id})
         maker = p.PartMaker(prefix=handle.run_id)
-        replaying = skip >= 0
         async with closing(stream):
             async for event in stream:
-                if replaying:
-                    if event.seq <= skip:
-                        maker.feed(event)  # catch up on ids and rounds, silently
-                        continue
-                    replaying = False
-                    maker.forget_step()
-                for part in maker.feed(event):
+                for part in maker.feed_after(event, skip):
                     if isinstance(part, p.ApprovalAsked):
                         if part.call_id in answered:
                             continue  # asked with the calls this request answered
