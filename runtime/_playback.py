@@ -15,6 +15,7 @@ A fork (:mod:`._fork`) plays the same way up to a round, then goes on live.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -161,15 +162,25 @@ class ReplayProvider:
             self.on_live(ctx.run_id)
         self.live += 1
         live = ProviderContext(run_id=ctx.run_id, call_index=index - len(items), http=ctx.http)
-        stream = then.stream(request, live)
-        try:
+        async with _closed_after(then.stream(request, live)) as stream:
             async for out in stream:
                 yield out
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
+
+
+_T = TypeVar("_T")
+
+
+@contextlib.asynccontextmanager
+async def _closed_after(stream: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
+    """``stream``, closed on the way out (shielded: a cancelled reader still closes the
+    live provider's call)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()
 
 
 class JudgeReplies:
@@ -223,15 +234,9 @@ class JudgeReplies:
             self._next += 1
             yield self._replies[self._next - 1]
             return
-        stream = self._live.stream(request, ctx)
-        try:
+        async with _closed_after(self._live.stream(request, ctx)) as stream:
             async for out in stream:
                 yield out
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
 
 
 def played_judge(agent: Agent[Any, Any], recording: Recording, until: int | None = None) -> Any:
